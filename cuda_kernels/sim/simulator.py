@@ -75,7 +75,9 @@ def _exchange(mask: int, value, kind: str = "shfl"):
 
 def meet(manager, key, lanes: frozenset, me: int, value) -> tuple[_Round, bool]:
     """Bring `value` to the round `key` of the block, which `lanes` (threads) join; returns
-    the round and whether they all arrived within TIMEOUT_S."""
+    the round and whether they all arrived. A round gives up only after TIMEOUT_S in which
+    no lane arrived: on a loaded machine the simulator may start a block's last threads
+    seconds late, and those lanes are slow, not divergent."""
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
         current = rooms.get(key)
@@ -85,7 +87,12 @@ def meet(manager, key, lanes: frozenset, me: int, value) -> tuple[_Round, bool]:
         if len(current.values) == len(current.lanes):
             del rooms[key]  # the next call of these lanes starts a new round
             current.done.set()
-    return current, current.done.wait(TIMEOUT_S)
+    arrived = 0
+    while arrived != len(current.values):  # a lane came during the last wait: wait again
+        arrived = len(current.values)
+        if current.done.wait(TIMEOUT_S):
+            return current, True
+    return current, False
 
 
 def source_lane(mode: str, lane: int, b: int, width: int) -> int:

@@ -6,7 +6,8 @@
     requests.py   requests, parallel samples and beam search; sampling.py: vLLM's sampler
     dense.py      the reference engine: contiguous per-sequence K/V, NumPy attention
     backend.py    the one seam for attention: NumPy or cuda_kernels (kernels_backend.py)
-    paged.py      the paged engine: v1 on SchedulerV1, v0 on SchedulerV0 (forks, beams, swap)
+    paged.py      the paged engine: v1 on SchedulerV1, v0 on SchedulerV0 (forks, beams,
+                  preemption by swap or recompute)
     llm.py        vLLM's offline `LLM` over it; generate.py: `pagedsim generate`
 
 The engine is *not* part of pagedsim's core: it consumes the core (public calls only) and
