@@ -16,8 +16,9 @@ kind: next and previous step (ArrowRight / ArrowLeft), a random jump (`go(i)`, w
 per step change, every kind. Times are wall-clock on this machine; run it on an idle one.
 On a shared one, `--cpu` also traces the run and reports the renderer main thread's CPU
 time (thread time) per step change and per frame after it (the paint that puts the change
-on screen), which the load of other processes moves far less; tracing slows the wall-clock
-figures of that run, so compare those from runs without it.
+on screen), each also split into style, layout, pre-paint, paint and layerize, which the
+load of other processes moves far less; tracing slows the wall-clock figures of that run,
+so compare those from runs without it.
 
     python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
     python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
@@ -161,20 +162,69 @@ def cpu_times(trace: Path, counts: dict) -> dict:
             return {"cpu": f"not measured: change {len(holder)} ran outside every task"}
         holder.append(i)
     change = [tasks[i].get("tdur", 0) / 1000 for i in holder]
-    frame = []
+    frame, spans = [], [(tasks[i]["ts"], tasks[i]["ts"] + tasks[i]["dur"]) for i in holder]
+    frame_spans = []
     for i, j in zip(holder, holder[1:], strict=False):
         lo = bisect.bisect_left(starts, starts[i] + tasks[i]["dur"], i + 1)
-        frame.append(
-            sum(t.get("tdur", 0) for t in tasks[lo : bisect.bisect_left(starts, starts[j])]) / 1000
-        )
+        hi = bisect.bisect_left(starts, starts[j])
+        frame.append(sum(t.get("tdur", 0) for t in tasks[lo:hi]) / 1000)
+        frame_spans.append((starts[i] + tasks[i]["dur"], starts[j]))
+    change_phases = phase_split(events, (pid, tid), spans)
+    frame_phases = phase_split(events, (pid, tid), frame_spans)
     out, at = {}, 0
     for kind, n in counts.items():
         out[f"{kind}_cpu_ms_median"] = round(statistics.median(change[at : at + n]), 2)
+        out[f"{kind}_cpu_phases"] = phase_medians(change_phases[at : at + n])
         frames = frame[at : at + n]  # the last change has no frame after it in the trace
         if frames:
             out[f"{kind}_frame_cpu_ms_median"] = round(statistics.median(frames), 2)
+            out[f"{kind}_frame_cpu_phases"] = phase_medians(frame_phases[at : at + n])
         at += n
     return out
+
+
+# the rendering phases a change and its frame are split into (trace event -> name shown)
+PHASES = {
+    "UpdateLayoutTree": "style",
+    "Layout": "layout",
+    "PrePaint": "prepaint",
+    "Paint": "paint",
+    "Layerize": "layerize",
+}
+
+
+def phase_split(events: list, thread: tuple, spans: list) -> list[dict]:
+    """For each (start, end) span, the thread's CPU time (ms) in each of PHASES; an event
+    nested in one of the same name (a paint inside a paint) is counted in the outer one."""
+    found = sorted(
+        (
+            e
+            for e in events
+            if e.get("name") in PHASES
+            and e.get("ph") == "X"
+            and (e.get("pid"), e.get("tid")) == thread
+        ),
+        key=lambda e: (e["ts"], -e["dur"]),
+    )
+    outer: list = []
+    ends: dict = {}
+    for e in found:
+        if e["ts"] >= ends.get(e["name"], -1):
+            outer.append(e)
+            ends[e["name"]] = e["ts"] + e["dur"]
+    at = [e["ts"] for e in outer]
+    split = []
+    for t0, t1 in spans:
+        took = dict.fromkeys(PHASES.values(), 0.0)
+        for e in outer[bisect.bisect_left(at, t0) : bisect.bisect_left(at, t1)]:
+            took[PHASES[e["name"]]] += e.get("tdur", 0) / 1000
+        split.append(took)
+    return split
+
+
+def phase_medians(split: list[dict]) -> str:
+    """'style 5.4, layout 5.2, ...': the median of each phase over the changes of a kind."""
+    return ", ".join(f"{k} {statistics.median(d[k] for d in split):.1f}" for k in PHASES.values())
 
 
 def _spin(stop) -> None:  # a busy process: what a loaded teaching machine runs beside the page

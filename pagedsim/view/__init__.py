@@ -46,6 +46,7 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  data-ref="<ref count>" (0 when free); also data-fill="<tokens>";
                  class "touched" on each block the step changed (so a cell in #tables)
     #free-list   the free blocks, head first, each an element with data-block="<id>"
+                 (hidden elements without data-block after them are kept for reuse)
     #tables      one element per live sequence, data-seq="<name>" (its id, or the name
                  `PageOptions.names` gives it: `generate`'s "r0.0"), in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its

@@ -267,12 +267,13 @@
   // The free list: a step that removes or inserts a few ids moves those elements only; a
   // change that moves many (a jump) rewrites the ids in place, element by element, so no
   // element is created or re-attached and the browser re-shapes only the changed texts.
+  // When such a change shortens the list, the elements past its end stay, hidden and
+  // without a data-block ("parked"), to be used again when it grows (no element is moved).
   const freeOf = new Array(NB).fill(null); // block -> the element that shows it
   const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
   const FB = ["fb", "fb cached", "fb head", "fb cached head", "fb touched", "fb cached touched",
     "fb head touched", "fb cached head touched"];
   let freeShown = [], stamp = 0;
-  const spareFree = []; // free-list elements off the page, to be used again
   function freeSpan(b) {
     const e = el("span", { class: "fb", "data-block": String(b) }, String(b));
     e.block = b; e.look = 0;
@@ -280,8 +281,10 @@
   }
   function setFreeBlock(e, b) {
     if (e.block === b) return;
+    if (e.block < 0) e.hidden = false;
     e.block = b; e.setAttribute("data-block", String(b)); e.firstChild.nodeValue = String(b);
   }
+  function park(e) { e.block = -1; e.removeAttribute("data-block"); e.hidden = true; }
   function freeEdits(a, b) { // the moves a -> b needs, or -1 if the kept ids changed order
     stamp++;
     for (const x of a) inOld[x] = stamp;
@@ -307,27 +310,18 @@
           if (inOld[x] === stamp) { at = freeOf[x].nextSibling; continue; }
           freeOf[x] = freeSpan(x); freeEl.insertBefore(freeOf[x], at);
         }
-      } else {
-        // The surplus goes in one range (childElementCount in a loop would walk the list
-        // each time), and the missing elements come in one fragment.
-        // Elements taken out are kept to be used again (Home/End empties and refills the list).
-        if (a.length > b.length) {
-          const cut = document.createRange();
-          cut.setStart(freeEl, b.length); cut.setEnd(freeEl, a.length);
-          for (const e of cut.extractContents().children) spareFree.push(e);
-        }
+      } else { // parked elements are used first; the missing ones come in one fragment
         let e = freeEl.firstChild, p = 0;
         for (; p < b.length && e !== null; p++, e = e.nextSibling) { setFreeBlock(e, b[p]); freeOf[b[p]] = e; }
         const more = document.createDocumentFragment();
-        for (; p < b.length; p++) {
-          e = spareFree.length ? spareFree.pop() : freeSpan(b[p]);
-          setFreeBlock(e, b[p]); freeOf[b[p]] = e; more.append(e);
-        }
+        for (; p < b.length; p++) { freeOf[b[p]] = freeSpan(b[p]); more.append(freeOf[b[p]]); }
         freeEl.append(more);
+        for (; e !== null && e.block >= 0; e = e.nextSibling) park(e);
       }
       freeShown = b;
     }
-    for (let e = freeEl.firstChild, head = 2; e !== null; e = e.nextSibling, head = 0) {
+    let e = freeEl.firstChild;
+    for (let p = 0, head = 2; p < b.length; p++, e = e.nextSibling, head = 0) {
       // the cached flag can change while the list stays
       const look = s.cached[e.block] | head | (touchedAt[e.block] === cur ? 4 : 0);
       if (e.look !== look) { e.look = look; e.className = FB[look]; }

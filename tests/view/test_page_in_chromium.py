@@ -220,6 +220,9 @@ def test_a_random_walk_of_every_kind_of_step_change_keeps_the_dom_equal_to_the_s
             loaded.page.evaluate(f"window.pagedsimViewer.go({i})")
         assert loaded.page.evaluate("window.pagedsimViewer.index()") == i
         check_step(loaded, snaps[i], caption(snaps[i]), last)
+        # a free-list element kept for reuse (no data-block) is hidden, every other shown
+        assert loaded.page.evaluate("""() => [...document.getElementById('free-list').children]
+            .every(e => e.hidden === !e.hasAttribute('data-block'))""")
     loaded.check_clean()
 
 
