@@ -40,7 +40,6 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "cuda_kernels/ladder/rung10_tensor.py::make_tensor_kernel": (96, 1),
     "cuda_kernels/ladder/rung8_split.py::make_split_kernel": (96, 2),
     "cuda_kernels/ladder/rung9_cp_async.py::make_ring_kernel": (102, 2),
-    "pagedsim/testing/caches.py::paged_case": (52, 9),
 }
 
 
