@@ -64,9 +64,8 @@ def token_steps(G: int, fp16: bool):
 
     @cuda.jit(device=True)
     def score(live, lane, st):
-        """s[h] <- q_h . k over the row's lanes, for the K chunk in kv (0 unless live)."""
-        for h in range(G):
-            st.s[h] = 0
+        """s[h] += q_h . k for the K chunk in kv (if live), then summed over the row's lanes.
+        The caller zeroes s before it loads K (zeroed here, rung 9 took 136 registers, not 126)."""
         if live:
             for h in range(G):
                 for i in range(VPL):
@@ -178,6 +177,8 @@ def make_split_kernel(G: int, fp16: bool = True):
         for t0 in range(first, end, 32 // lanes_per_row):
             t = t0 + row
             at = 0
+            for h in range(G):
+                s[h] = 0
             if t < end:
                 at = token_at(kv_cache, block_tables, seq, t, lane)
                 unpack16(load16(kv_cache, at), kv, fp16)  # K

@@ -87,6 +87,8 @@ def make_ring_kernel(G: int, fp16: bool = True):
                 continue  # nothing to compute yet
             cp_async_wait(1)  # the previous trip's group (this step's rows) has landed
             t, stage = t - rows, 1 - stage
+            for h in range(G):
+                s[h] = 0
             if t < end:
                 k = ring[stage, 0, tid]
                 unpack16((k[0], k[1], k[2], k[3]), kv, fp16)
