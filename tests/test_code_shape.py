@@ -6,10 +6,6 @@ parameters are all of them (positional, keyword-only, `*args`, `**kwargs`) excep
 method's `self` / `cls`. A function compiled for the GPU (any decorator named `jit`:
 `cuda.jit`, `cuda.jit(device=True)`, `numba.njit`) is device code and exempt: a kernel's
 signature is its launch, and a device function's is a list of registers.
-
-`ALLOWED` names today's offenders that other work owns, each with the number it was
-measured at. An allowed function may shrink but not grow, and an entry that no longer
-offends fails the test too, so the list only ever gets shorter.
 """
 
 from __future__ import annotations
@@ -31,16 +27,6 @@ PTX_SHAPED = {
     "cuda_kernels/gpu/wgmma_intrinsics.py::_make_wgmma.typer": "wgmma.mma_async's operands",
     "cuda_kernels/sim/tensor_sim.py::mma_f16": "mma.sync.m16n8k16.f16: 4 A, 2 B, 4 C regs",
     "cuda_kernels/sim/tensor_sim.py::mma_bf16": "mma.sync.m16n8k16.bf16: 4 A, 2 B, 4 C regs",
-}
-
-# "path::qualified.name" -> (lines, params) measured when the rule was set; shrink it.
-ALLOWED: dict[str, tuple[int, int]] = {
-    # a case a student pastes: build(H=, B=, D=, L=, ...) names every field of the case
-    "course/ch03_kv_block/checks/test_ex3_k3_paged_decode.py::build": (27, 10),
-    "cuda_kernels/ladder/rung10_tensor.py::make_tensor_kernel": (96, 1),
-    "cuda_kernels/ladder/rung8_split.py::make_split_kernel": (96, 2),
-    "cuda_kernels/ladder/rung9_cp_async.py::make_ring_kernel": (102, 2),
-    "pagedsim/testing/caches.py::paged_case": (52, 9),
 }
 
 
@@ -104,22 +90,13 @@ def test_no_host_function_over_80_lines_or_8_parameters():
     bad = [
         f"{key}: {lines} lines, {params} parameters"
         for key, (lines, params) in sorted(found.items())
-        if _over(lines, params) and key not in ALLOWED and key not in PTX_SHAPED
+        if _over(lines, params) and key not in PTX_SHAPED
     ]
     assert not bad, "split by meaning, or pass one named tuple:\n" + "\n".join(bad)
 
 
-def test_allowed_offenders_only_shrink():
+def test_each_ptx_shaped_exemption_still_offends():
     found = measure()
-    grown = [
-        f"{key}: now {found[key]}, allowed {limit}"
-        for key, limit in ALLOWED.items()
-        if key in found
-        and (found[key][0] > max(limit[0], MAX_LINES) or found[key][1] > max(limit[1], MAX_PARAMS))
-    ]
-    stale = [key for key in ALLOWED if key not in found or not _over(*found[key])]
-    assert not grown, "an allowed function grew:\n" + "\n".join(grown)
-    assert not stale, "no longer offends (or gone): delete from ALLOWED:\n" + "\n".join(stale)
     gone = [key for key in PTX_SHAPED if key not in found or not _over(*found[key])]
     assert not gone, "no longer offends (or gone): delete from PTX_SHAPED:\n" + "\n".join(gone)
 

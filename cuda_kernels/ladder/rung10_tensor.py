@@ -52,10 +52,62 @@ PREDICTED_PCT = (40.0, 95.0)  # % of the read roofline at the ladder's case (REA
 _kernels: dict = {}
 
 
+def tile_steps(D: int):
+    """(load_q, fill, store): the Q fragments, one step's K/V rows into the shared tiles, and
+    the partials written, for head_dim D; the loop between them is this rung's idea."""
+    KD, ND, W = D // 16, D // 8, D // 2  # k-steps of 16, n-tiles of 8, u32 words per row
+
+    @cuda.jit(device=True)
+    def load_q(query, seq, kv_head, G, lane, qa):
+        """qa <- the A fragments of the group's Q: heads as rows, rows G..15 zero."""
+        g, t = lane >> 2, lane & 3
+        for k in range(KD):
+            for j in range(4):  # a0..a3: rows g, g + 8; columns 2t (+8)
+                r, c = g + 8 * (j & 1), 16 * k + 2 * t + 8 * (j >> 1)
+                h = kv_head * G + r
+                lo = float32(query[seq, h, c]) if r < G else float32(0)
+                hi = float32(query[seq, h, c + 1]) if r < G else float32(0)
+                qa[4 * k + j] = pack_f16x2(lo, hi)
+
+    @cuda.jit(device=True)
+    def fill(kv_cache, block_tables, seq, kv_head, t0, end, lane, k_tile, v_tile):
+        """cp.async the K and V rows of tokens t0..t0 + 15 into the tiles (zeros past end)."""
+        bs = kv_cache.shape[3]
+        for c in range(lane, 16 * ND, 32):
+            tok, ch = c // ND, c % ND
+            at, nbytes = 0, 0
+            if t0 + tok < end:
+                block = block_tables[seq, (t0 + tok) // bs]
+                at = (((block * 2) * kv_cache.shape[2] + kv_head) * bs + (t0 + tok) % bs) * D
+                at, nbytes = at + 8 * ch, 16
+            cp_async16(k_tile, tok * W + 4 * ch, kv_cache, at, nbytes)
+            v_at = at + kv_cache.shape[2] * bs * D  # V: one [H_kv, B, D] plane further
+            cp_async16(v_tile, tok * W + 4 * ch, kv_cache, v_at, nbytes)
+
+    @cuda.jit(device=True)
+    def store(partial, m_out, l_out, seq, kv_head, part, G, lane, o, m0, l0, m1, l1):
+        """Rows g (half 0) and g + 8: rung 8's partial outputs o / l, m and l."""
+        g, t = lane >> 2, lane & 3
+        for half in range(2):
+            r = g + 8 * half
+            if r < G:
+                h = kv_head * G + r
+                total, top = (l0, m0) if half == 0 else (l1, m1)
+                norm = float32(1) / total if total > 0 else float32(0)
+                for n in range(ND):
+                    partial[seq, h, part, 8 * n + 2 * t] = o[4 * n + 2 * half] * norm
+                    partial[seq, h, part, 8 * n + 2 * t + 1] = o[4 * n + 2 * half + 1] * norm
+                if t == 0:
+                    m_out[seq, h, part], l_out[seq, h, part] = top, total
+
+    return load_q, fill, store
+
+
 def make_tensor_kernel(D: int):
     """The kernel for head_dim D (a multiple of 16): fragment arrays of compile-time size."""
     KD, ND, W = D // 16, D // 8, D // 2  # k-steps of 16, n-tiles of 8, u32 words per row
     QA, OC = 4 * KD, 4 * ND  # fragment words of Q, of O (local array sizes: constants)
+    load_q, fill, store = tile_steps(D)
 
     @cuda.jit
     def tensor_decode(
@@ -64,38 +116,22 @@ def make_tensor_kernel(D: int):
         """Grid (H_kv, S, P), 32 threads: rung 8's partials for partition P of `size`."""
         kv_head, seq, part = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
         lane = cuda.threadIdx.x
-        g, t = lane >> 2, lane & 3
+        t = lane & 3  # lane (g, t) = (lane // 4, lane % 4): t is its column pair
         G = query.shape[1] // kv_cache.shape[2]
         k_tile = cuda.shared.array((16, W), uint32)  # 16 tokens x D float16, row-major
         v_tile = cuda.shared.array((16, W), uint32)
         qa = cuda.local.array(QA, uint32)  # A fragments of Q, per 16 head elements
         o = cuda.local.array(OC, float32)  # C fragments of O, per 8 columns
         s = cuda.local.array(8, float32)  # S, then P: tokens 0-7 (s[0:4]) and 8-15 (s[4:8])
-        for k in range(KD):
-            for j in range(4):  # a0..a3: rows g, g + 8; columns 2t (+8)
-                r, c = g + 8 * (j & 1), 16 * k + 2 * t + 8 * (j >> 1)
-                h = kv_head * G + r
-                lo = float32(query[seq, h, c]) if r < G else float32(0)
-                hi = float32(query[seq, h, c + 1]) if r < G else float32(0)
-                qa[4 * k + j] = pack_f16x2(lo, hi)
+        load_q(query, seq, kv_head, G, lane, qa)
         for j in range(OC):
             o[j] = 0
         m0, m1 = float32(-math.inf), float32(-math.inf)  # rows g and g + 8
         l0, l1 = float32(0), float32(0)
-        bs = kv_cache.shape[3]
         first = part * size
         end = min(context_lens[seq], first + size)
         for t0 in range(first, end, 16):
-            for c in range(lane, 16 * ND, 32):  # the step's K and V rows -> shared
-                tok, ch = c // ND, c % ND
-                at, nbytes = 0, 0
-                if t0 + tok < end:
-                    block = block_tables[seq, (t0 + tok) // bs]
-                    at = (((block * 2) * kv_cache.shape[2] + kv_head) * bs + (t0 + tok) % bs) * D
-                    at, nbytes = at + 8 * ch, 16
-                cp_async16(k_tile, tok * W + 4 * ch, kv_cache, at, nbytes)
-                v_at = at + kv_cache.shape[2] * bs * D  # V: one [H_kv, B, D] plane further
-                cp_async16(v_tile, tok * W + 4 * ch, kv_cache, v_at, nbytes)
+            fill(kv_cache, block_tables, seq, kv_head, t0, end, lane, k_tile, v_tile)
             cp_async_commit()
             cp_async_wait(0)
             cuda.syncwarp()  # every lane's copies landed before ldmatrix reads them
@@ -135,17 +171,7 @@ def make_tensor_kernel(D: int):
                     a0, a1, a2, a3, b0, b1, c0, c1, c2, c3
                 )
             cuda.syncwarp()  # every lane read the tiles before the next step refills them
-        for half in range(2):  # rows g (half 0) and g + 8: rung 8's partial outputs
-            r = g + 8 * half
-            if r < G:
-                h = kv_head * G + r
-                total, top = (l0, m0) if half == 0 else (l1, m1)
-                norm = float32(1) / total if total > 0 else float32(0)
-                for n in range(ND):
-                    partial[seq, h, part, 8 * n + 2 * t] = o[4 * n + 2 * half] * norm
-                    partial[seq, h, part, 8 * n + 2 * t + 1] = o[4 * n + 2 * half + 1] * norm
-                if t == 0:
-                    m_out[seq, h, part], l_out[seq, h, part] = top, total
+        store(partial, m_out, l_out, seq, kv_head, part, G, lane, o, m0, l0, m1, l1)
 
     return tensor_decode
 

@@ -19,6 +19,7 @@ the partials' traffic. The loop per byte is rung 7's (`report --ladder` shows it
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 from numba import cuda, float32
 
@@ -36,12 +37,115 @@ PARTITION = 512  # tokens per partition, vLLM v0's paged_attention_v2 default
 _kernels: dict = {}
 
 
+# One lane's place in the warp (rung 6): its token row, its 16-byte chunk of the head, the
+# lanes per row, and its head's offset in a K row and V's offset from K, in elements.
+Lane = namedtuple("Lane", "row chunk width at_head v_off")
+# One lane's online-softmax state for the group's G heads (local arrays): q times scale and
+# acc as [G, 8] flat, the running max m and sum l, this step's scores s, one K/V chunk kv.
+Heads = namedtuple("Heads", "q acc m l s kv")
+
+
+def token_steps(G: int, fp16: bool):
+    """(token_at, score, update): one token's step of rung 7's loop, for groups of G heads;
+    rung 9 reuses them."""
+    VPL = 8 if fp16 else 4  # elements per 16-byte load (rung 5)
+    ES = 2 if fp16 else 4  # bytes per element
+
+    @cuda.jit(device=True)
+    def token_at(kv_cache, block_tables, seq, t, lane):
+        """Where the lane's chunk of token t's K row starts in kv_cache, in elements."""
+        block_size = kv_cache.shape[3]
+        block = block_tables[seq, t // block_size]
+        return (
+            block * (kv_cache.strides[0] // ES)
+            + (t % block_size) * (kv_cache.strides[3] // ES)
+            + lane.at_head
+        )
+
+    @cuda.jit(device=True)
+    def score(live, lane, st):
+        """s[h] += q_h . k for the K chunk in kv (if live), then summed over the row's lanes.
+        The caller zeroes s before it loads K (zeroed here, rung 9 took 136 registers, not 126)."""
+        if live:
+            for h in range(G):
+                for i in range(VPL):
+                    st.s[h] += st.q[h * 8 + i] * st.kv[i]
+        for h in range(G):
+            st.s[h] = lane_sum(st.s[h], lane.width)
+
+    @cuda.jit(device=True)
+    def update(st):
+        """The online softmax takes the token scored last, its V chunk in kv (rung 3)."""
+        for h in range(G):
+            m_new = max(st.m[h], st.s[h])
+            alpha = math.exp(st.m[h] - m_new)
+            p = math.exp(st.s[h] - m_new)
+            st.l[h] = st.l[h] * alpha + p
+            for i in range(VPL):
+                st.acc[h * 8 + i] = st.acc[h * 8 + i] * alpha + p * st.kv[i]
+            st.m[h] = m_new
+
+    return token_at, score, update
+
+
+def warp_steps(G: int, fp16: bool):
+    """(start, merge_rows, finish): the lane's state for G heads set up, merged across the
+    warp's rows and written as partition p's partials; rung 9 reuses them."""
+    VPL = 8 if fp16 else 4  # elements per 16-byte load (rung 5)
+
+    @cuda.jit(device=True)
+    def start(query, seq, kv_head, scale, lane, st):
+        """q <- the lane's chunk of each head's query, times scale; acc = 0, m = -inf, l = 0."""
+        for h in range(G):
+            for i in range(VPL):
+                at = lane.chunk * VPL + i
+                st.q[h * 8 + i] = float32(query[seq, kv_head * G + h, at]) * scale
+                st.acc[h * 8 + i] = 0
+            st.m[h] = -math.inf
+            st.l[h] = 0
+
+    @cuda.jit(device=True)
+    def merge_rows(lane, st):
+        """The warp's row groups merged, head by head (rung 6): row 0 holds the result."""
+        off = lane.width
+        while off < 32:
+            for h in range(G):
+                m_b = cuda.shfl_xor_sync(0xFFFFFFFF, st.m[h], off)
+                l_b = cuda.shfl_xor_sync(0xFFFFFFFF, st.l[h], off)
+                m_new = max(st.m[h], m_b)
+                w_a = math.exp(st.m[h] - m_new) if st.l[h] > 0 else float32(0)
+                w_b = math.exp(m_b - m_new) if l_b > 0 else float32(0)
+                for i in range(VPL):
+                    other = cuda.shfl_xor_sync(0xFFFFFFFF, st.acc[h * 8 + i], off)
+                    st.acc[h * 8 + i] = st.acc[h * 8 + i] * w_a + other * w_b
+                st.l[h] = st.l[h] * w_a + l_b * w_b
+                st.m[h] = m_new
+            off <<= 1
+
+    @cuda.jit(device=True)
+    def finish(partial, max_logits, exp_sums, seq, kv_head, part, lane, st):
+        """Row 0 writes partition `part`'s o_p = acc / l, m_p and l_p (o_p = 0 if empty)."""
+        if lane.row == 0:
+            for h in range(G):
+                head = kv_head * G + h
+                norm = float32(1) / st.l[h] if st.l[h] > 0 else float32(0)
+                for i in range(VPL):
+                    partial[seq, head, part, lane.chunk * VPL + i] = st.acc[h * 8 + i] * norm
+                if lane.chunk == 0:
+                    max_logits[seq, head, part] = st.m[h]
+                    exp_sums[seq, head, part] = st.l[h]
+
+    return start, merge_rows, finish
+
+
 def make_split_kernel(G: int, fp16: bool = True):
     """Rung 7's kernel for groups of G heads, reading one partition per warp."""
 
     GV = G * 8  # [G, 8] per-head arrays, flat (a local array's size must be a constant)
     VPL = 8 if fp16 else 4  # elements per 16-byte load (rung 5)
     ES = 2 if fp16 else 4  # bytes per element
+    start, merge_rows, finish = warp_steps(G, fp16)
+    token_at, score, update = token_steps(G, fp16)
 
     @cuda.jit
     def split_decode(
@@ -59,77 +163,31 @@ def make_split_kernel(G: int, fp16: bool = True):
         """Grid (H_kv, S, P), 32 threads. Writes partial[seq, head, p] = o_p, and
         max_logits / exp_sums [seq, head, p] = m_p / l_p (0 for an empty partition)."""
         kv_head, seq, part = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-        lane = cuda.threadIdx.x
-        rows = 32 // lanes_per_row
-        row, chunk = lane // lanes_per_row, lane % lanes_per_row
-        block_size = kv_cache.shape[3]
+        row, chunk = cuda.threadIdx.x // lanes_per_row, cuda.threadIdx.x % lanes_per_row
         at_head = kv_head * (kv_cache.strides[2] // ES) + chunk * VPL
-        v_off = kv_cache.strides[1] // ES
-        q = cuda.local.array(GV, float32)
-        acc = cuda.local.array(GV, float32)
-        m = cuda.local.array(G, float32)
+        lane = Lane(row, chunk, lanes_per_row, at_head, kv_cache.strides[1] // ES)
+        q, acc = cuda.local.array(GV, float32), cuda.local.array(GV, float32)
+        m, s = cuda.local.array(G, float32), cuda.local.array(G, float32)
         l = cuda.local.array(G, float32)  # noqa: E741
-        s = cuda.local.array(G, float32)
         kv = cuda.local.array(8, float32)
-        for h in range(G):
-            for i in range(VPL):
-                q[h * 8 + i] = float32(query[seq, kv_head * G + h, chunk * VPL + i]) * scale
-                acc[h * 8 + i] = 0
-            m[h] = -math.inf
-            l[h] = 0
+        st = Heads(q, acc, m, l, s, kv)
+        start(query, seq, kv_head, scale, lane, st)
         first = part * partition_size  # this warp's tokens: [first, end)
         end = min(context_lens[seq], first + partition_size)
-        for t0 in range(first, end, rows):
+        for t0 in range(first, end, 32 // lanes_per_row):
             t = t0 + row
             at = 0
             for h in range(G):
                 s[h] = 0
             if t < end:
-                block = block_tables[seq, t // block_size]
-                at = (
-                    block * (kv_cache.strides[0] // ES)
-                    + (t % block_size) * (kv_cache.strides[3] // ES)
-                    + at_head
-                )
-                unpack16(load16(kv_cache, at), kv, fp16)
-                for h in range(G):
-                    for i in range(VPL):
-                        s[h] += q[h * 8 + i] * kv[i]
-            for h in range(G):
-                s[h] = lane_sum(s[h], lanes_per_row)
+                at = token_at(kv_cache, block_tables, seq, t, lane)
+                unpack16(load16(kv_cache, at), kv, fp16)  # K
+            score(t < end, lane, st)
             if t < end:
-                unpack16(load16(kv_cache, at + v_off), kv, fp16)
-                for h in range(G):
-                    m_new = max(m[h], s[h])
-                    alpha = math.exp(m[h] - m_new)
-                    p = math.exp(s[h] - m_new)
-                    l[h] = l[h] * alpha + p
-                    for i in range(VPL):
-                        acc[h * 8 + i] = acc[h * 8 + i] * alpha + p * kv[i]
-                    m[h] = m_new
-        off = lanes_per_row
-        while off < 32:
-            for h in range(G):
-                m_b = cuda.shfl_xor_sync(0xFFFFFFFF, m[h], off)
-                l_b = cuda.shfl_xor_sync(0xFFFFFFFF, l[h], off)
-                m_new = max(m[h], m_b)
-                w_a = math.exp(m[h] - m_new) if l[h] > 0 else float32(0)
-                w_b = math.exp(m_b - m_new) if l_b > 0 else float32(0)
-                for i in range(VPL):
-                    other = cuda.shfl_xor_sync(0xFFFFFFFF, acc[h * 8 + i], off)
-                    acc[h * 8 + i] = acc[h * 8 + i] * w_a + other * w_b
-                l[h] = l[h] * w_a + l_b * w_b
-                m[h] = m_new
-            off <<= 1
-        if row == 0:
-            for h in range(G):
-                head = kv_head * G + h
-                norm = float32(1) / l[h] if l[h] > 0 else float32(0)  # empty: o_p = 0
-                for i in range(VPL):
-                    partial[seq, head, part, chunk * VPL + i] = acc[h * 8 + i] * norm
-                if chunk == 0:
-                    max_logits[seq, head, part] = m[h]
-                    exp_sums[seq, head, part] = l[h]
+                unpack16(load16(kv_cache, at + lane.v_off), kv, fp16)  # V
+                update(st)
+        merge_rows(lane, st)
+        finish(partial, max_logits, exp_sums, seq, kv_head, part, lane, st)
 
     return split_decode
 

@@ -23,14 +23,12 @@ cp.async.commit_group; cp.async.wait_group N (`primitives`: the GPU's inline PTX
 
 from __future__ import annotations
 
-import math
-
 from numba import cuda, float32, uint32
 
 from ..primitives import cp_async16, cp_async_commit, cp_async_wait
 from .launch import REPORT_GROUP, prepare
-from .rung5_vector import lane_sum, unpack16
-from .rung8_split import PARTITION
+from .rung5_vector import unpack16
+from .rung8_split import PARTITION, Heads, Lane, token_steps, warp_steps
 from .rung8_split import launch as split_launch
 
 NAME = "cp_async"
@@ -44,6 +42,8 @@ _kernels: dict = {}
 def make_ring_kernel(G: int, fp16: bool = True):
     """Rung 8's kernel for groups of G heads, its loads through a 2-stage cp.async ring."""
     GV, VPL, ES = G * 8, (8 if fp16 else 4), (2 if fp16 else 4)
+    start, merge_rows, finish = warp_steps(G, fp16)
+    token_at, score, update = token_steps(G, fp16)
 
     @cuda.jit
     def ring_decode(
@@ -60,37 +60,28 @@ def make_ring_kernel(G: int, fp16: bool = True):
     ):
         """Rung 8's grid and outputs. ring[stage, k_or_v, lane] holds a lane's 16 bytes."""
         kv_head, seq, part = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
-        lane = cuda.threadIdx.x
+        tid = cuda.threadIdx.x
         rows = 32 // lanes_per_row
-        row, chunk = lane // lanes_per_row, lane % lanes_per_row
-        block_size = kv_cache.shape[3]
+        row, chunk = tid // lanes_per_row, tid % lanes_per_row
         at_head = kv_head * (kv_cache.strides[2] // ES) + chunk * VPL
-        v_off = kv_cache.strides[1] // ES
+        lane = Lane(row, chunk, lanes_per_row, at_head, kv_cache.strides[1] // ES)
         ring = cuda.shared.array((2, 2, 32, 4), uint32)  # 2 stages x (K, V) x 32 lanes x 16 B
         q, acc = cuda.local.array(GV, float32), cuda.local.array(GV, float32)
         m, s = cuda.local.array(G, float32), cuda.local.array(G, float32)
         l = cuda.local.array(G, float32)  # noqa: E741
         kv = cuda.local.array(8, float32)
-        for h in range(G):
-            for i in range(VPL):
-                q[h * 8 + i] = float32(query[seq, kv_head * G + h, chunk * VPL + i]) * scale
-                acc[h * 8 + i] = 0
-            m[h] = -math.inf
-            l[h] = 0
+        st = Heads(q, acc, m, l, s, kv)
+        start(query, seq, kv_head, scale, lane, st)
         first = part * partition_size
         end = min(context_lens[seq], first + partition_size)
         for t0 in range(first, end + rows, rows):  # one extra trip: it issues step 0
             t = t0 + row  # the token of the step issued now (computed next trip)
             at, nbytes = 0, 0
             if t < end:
-                block = block_tables[seq, t // block_size]
-                at = block * (kv_cache.strides[0] // ES) + (t % block_size) * (
-                    kv_cache.strides[3] // ES
-                )
-                at, nbytes = at + at_head, 16
+                at, nbytes = token_at(kv_cache, block_tables, seq, t, lane), 16
             stage = ((t0 - first) // rows) % 2
-            cp_async16(ring, ((stage * 2) * 32 + lane) * 4, kv_cache, at, nbytes)  # K
-            cp_async16(ring, ((stage * 2 + 1) * 32 + lane) * 4, kv_cache, at + v_off, nbytes)
+            cp_async16(ring, ((stage * 2) * 32 + tid) * 4, kv_cache, at, nbytes)  # K
+            cp_async16(ring, ((stage * 2 + 1) * 32 + tid) * 4, kv_cache, at + lane.v_off, nbytes)
             cp_async_commit()
             if t0 == first:
                 continue  # nothing to compute yet
@@ -99,48 +90,16 @@ def make_ring_kernel(G: int, fp16: bool = True):
             for h in range(G):
                 s[h] = 0
             if t < end:
-                k = ring[stage, 0, lane]
+                k = ring[stage, 0, tid]
                 unpack16((k[0], k[1], k[2], k[3]), kv, fp16)
-                for h in range(G):
-                    for i in range(VPL):
-                        s[h] += q[h * 8 + i] * kv[i]
-            for h in range(G):
-                s[h] = lane_sum(s[h], lanes_per_row)
+            score(t < end, lane, st)
             if t < end:
-                v = ring[stage, 1, lane]
+                v = ring[stage, 1, tid]
                 unpack16((v[0], v[1], v[2], v[3]), kv, fp16)
-                for h in range(G):
-                    m_new = max(m[h], s[h])
-                    alpha = math.exp(m[h] - m_new)
-                    p = math.exp(s[h] - m_new)
-                    l[h] = l[h] * alpha + p
-                    for i in range(VPL):
-                        acc[h * 8 + i] = acc[h * 8 + i] * alpha + p * kv[i]
-                    m[h] = m_new
+                update(st)
         cp_async_wait(0)  # the last (empty) group, before the warp exits
-        off = lanes_per_row  # from here on: rung 8
-        while off < 32:
-            for h in range(G):
-                m_b = cuda.shfl_xor_sync(0xFFFFFFFF, m[h], off)
-                l_b = cuda.shfl_xor_sync(0xFFFFFFFF, l[h], off)
-                m_new = max(m[h], m_b)
-                w_a = math.exp(m[h] - m_new) if l[h] > 0 else float32(0)
-                w_b = math.exp(m_b - m_new) if l_b > 0 else float32(0)
-                for i in range(VPL):
-                    other = cuda.shfl_xor_sync(0xFFFFFFFF, acc[h * 8 + i], off)
-                    acc[h * 8 + i] = acc[h * 8 + i] * w_a + other * w_b
-                l[h] = l[h] * w_a + l_b * w_b
-                m[h] = m_new
-            off <<= 1
-        if row == 0:
-            for h in range(G):
-                head = kv_head * G + h
-                norm = float32(1) / l[h] if l[h] > 0 else float32(0)
-                for i in range(VPL):
-                    partial[seq, head, part, chunk * VPL + i] = acc[h * 8 + i] * norm
-                if chunk == 0:
-                    max_logits[seq, head, part] = m[h]
-                    exp_sums[seq, head, part] = l[h]
+        merge_rows(lane, st)  # from here on: rung 8
+        finish(partial, max_logits, exp_sums, seq, kv_head, part, lane, st)
 
     return ring_decode
 

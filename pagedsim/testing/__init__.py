@@ -14,7 +14,7 @@ NumPy and Hypothesis. Guide: docs/testing-kit.md.
 """
 
 from .attention import check_attention, compare
-from .caches import PagedCase, paged_caches, paged_case, reference_attention
+from .caches import CaseSpec, PagedCase, paged_caches, paged_case, reference_attention
 from .contract import RAN_OUT, Hung, NonConformance
 from .machine import ManagerConformance, manager_machine
 from .run import Summary, check_manager
@@ -32,6 +32,7 @@ __all__ = [
     "PromptedRequest",
     "paged_caches",
     "paged_case",
+    "CaseSpec",
     "PagedCase",
     "reference_attention",
     "NonConformance",

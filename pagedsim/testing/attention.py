@@ -7,7 +7,7 @@ every case of `paged_caches()` (scattered blocks, poisoned unused slots, GQA, fp
 fp32, odd head dims) it must return a finite [S, H, D] array that matches
 `reference_attention` within the dtype's tolerance (atol = rtol = 1e-4 for float32
 inputs, 1e-2 for float16), and leave its inputs unchanged. A failure is shrunk and
-printed as the `paged_case(...)` call that rebuilds it. NumPy and Hypothesis only.
+printed as the `paged_case(CaseSpec(...))` call that rebuilds it. NumPy and Hypothesis only.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def compare(fn: AttentionFn, case: PagedCase, call_timeout: float | None = None)
     """Raise NonConformance unless fn(*case.args) matches the reference on this case."""
     script = [
         "import numpy as np",
-        "from pagedsim.testing import paged_case",
+        "from pagedsim.testing import CaseSpec, paged_case",
         f"case = {case!r}",
         "out = fn(*case.args)  # query, kv_cache, block_tables, context_lens, scale",
     ]
@@ -82,8 +82,8 @@ def compare(fn: AttentionFn, case: PagedCase, call_timeout: float | None = None)
         fail(
             f"fn differs from the float64 reference at seq {s}, head {h}, dim {d}: got "
             f"{got[s, h, d]:.6g}, want {want[s, h, d]:.6g} (tolerance for "
-            f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens "
-            f"{case.spec['context_lens']}, group {case.spec['group']}, scale {case.scale:.4g})"
+            f"{case.spec.dtype}: atol = rtol = {tol:g}; context_lens "
+            f"{list(case.spec.context_lens)}, group {case.spec.group}, scale {case.scale:.4g})"
         )
 
 

@@ -1,5 +1,5 @@
-"""Paged KV caches for testing attention: `paged_case`, `paged_caches()` and the float64
-reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
+"""Paged KV caches for testing attention: `paged_case(CaseSpec(...))`, `paged_caches()` and
+the float64 reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
 
 A case holds `cuda_kernels.paged_attention`'s arguments, with a plain scale where the
 kernel takes a `ScoreMask` (so checking a NumPy function needs no Numba):
@@ -12,16 +12,16 @@ kernel takes a `ScoreMask` (so checking a NumPy function needs no Numba):
 
 Every slot that holds no live token (unused blocks, a last block's tail, the padding
 block short tables point at) is POISONED with a large value, so reading one token too
-many or the wrong block is visibly wrong. `paged_case` is deterministic in its
-arguments, so a failing case prints as the one call that rebuilds it.
+many or the wrong block is visibly wrong. `paged_case(spec)` is deterministic in its
+`CaseSpec`, so a failing case prints as the one expression that rebuilds it:
+`paged_case(CaseSpec(context_lens=(5, 2), block_size=4, ...))`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -31,18 +31,26 @@ POISON = 1000.0  # finite in float16 too; any softmax that includes it is far of
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2}  # atol = rtol, per input dtype
 
 
-class CaseSpec(TypedDict):
-    """The paged_case(...) arguments, as `paged_case(**spec)` takes them back."""
+@dataclass(frozen=True)
+class CaseSpec:
+    """What rebuilds one case: `paged_case(CaseSpec(...))`, deterministic in these fields."""
 
-    context_lens: list[int]
-    block_size: int
-    num_kv_heads: int
-    group: int
-    head_dim: int
-    dtype: str
-    spare_blocks: int
-    scale: float | None
-    seed: int
+    context_lens: tuple[int, ...] = (5,)
+    block_size: int = 4
+    num_kv_heads: int = 1
+    group: int = 1
+    head_dim: int = 8
+    dtype: str = "float32"
+    spare_blocks: int = 1
+    scale: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        # any iterable of ints (a list, a NumPy array) is kept as a tuple of ints, so the
+        # spec is hashable and its repr is the one expression that rebuilds it
+        object.__setattr__(self, "context_lens", tuple(map(int, self.context_lens)))
+        if self.dtype not in TOLERANCE or min(self.context_lens, default=0) < 1:
+            raise ValueError(f"need dtype in {sorted(TOLERANCE)} and context lengths >= 1: {self}")
 
 
 @dataclass(eq=False)
@@ -52,7 +60,7 @@ class PagedCase:
     block_tables: np.ndarray  # int32 [S, max_blocks]
     context_lens: np.ndarray  # int32 [S]
     scale: float
-    spec: CaseSpec = field(repr=False)  # the paged_case(...) arguments that rebuild it
+    spec: CaseSpec = field(repr=False)  # paged_case(spec) rebuilds it
 
     @property
     def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
@@ -64,62 +72,36 @@ class PagedCase:
 
     @property
     def tolerance(self) -> float:
-        return TOLERANCE[self.spec["dtype"]]
+        return TOLERANCE[self.spec.dtype]
 
     def __repr__(self) -> str:
-        return "paged_case(" + ", ".join(f"{k}={v!r}" for k, v in self.spec.items()) + ")"
+        return f"paged_case({self.spec!r})"
 
 
-def paged_case(
-    *,
-    context_lens: Iterable[int] = (5,),
-    block_size: int = 4,
-    num_kv_heads: int = 1,
-    group: int = 1,
-    head_dim: int = 8,
-    dtype: str = "float32",
-    spare_blocks: int = 1,
-    scale: float | None = None,
-    seed: int = 0,
-) -> PagedCase:
-    """One scattered cache, rebuilt exactly from these arguments (random data from `seed`)."""
-    spec = CaseSpec(
-        context_lens=list(map(int, context_lens)),
-        block_size=block_size,
-        num_kv_heads=num_kv_heads,
-        group=group,
-        head_dim=head_dim,
-        dtype=dtype,
-        spare_blocks=spare_blocks,
-        scale=scale,
-        seed=seed,
-    )
-    if dtype not in TOLERANCE or min(spec["context_lens"], default=0) < 1:
-        raise ValueError(f"need dtype in {sorted(TOLERANCE)} and context lengths >= 1: {spec}")
-    rng = np.random.default_rng(seed)
-    lens, bs = spec["context_lens"], block_size
+def paged_case(spec: CaseSpec) -> PagedCase:
+    """One scattered cache, rebuilt exactly from `spec` (random data from `spec.seed`)."""
+    rng = np.random.default_rng(spec.seed)
+    lens, bs, heads, dim = spec.context_lens, spec.block_size, spec.num_kv_heads, spec.head_dim
     need = [-(-n // bs) for n in lens]
-    num_blocks = 1 + sum(need) + spare_blocks  # + one padding block
+    num_blocks = 1 + sum(need) + spec.spare_blocks  # + one padding block
     # cuda_kernels.reference.scattered_block_tables plus a padding block (no Numba import)
     ids = rng.permutation(num_blocks)
     pad = int(ids[0])  # short rows point at this (poisoned) block
     tables = np.full((len(lens), max(need)), pad, np.int32)  # [S, max_blocks]
-    kv = np.full((num_blocks, 2, num_kv_heads, bs, head_dim), POISON)  # [N, 2, H_kv, B, D]
+    kv = np.full((num_blocks, 2, heads, bs, dim), POISON)  # [N, 2, H_kv, B, D]
     at = 1
     for s, (n, k) in enumerate(zip(lens, need, strict=True)):
         tables[s, :k] = ids[at : at + k]
         at += k
         pos = np.arange(n)
-        kv[tables[s, pos // bs], :, :, pos % bs, :] = rng.standard_normal(
-            (n, 2, num_kv_heads, head_dim)
-        )
-    query = rng.standard_normal((len(lens), num_kv_heads * group, head_dim))  # [S, H, D]
+        kv[tables[s, pos // bs], :, :, pos % bs, :] = rng.standard_normal((n, 2, heads, dim))
+    query = rng.standard_normal((len(lens), heads * spec.group, dim))  # [S, H, D]
     return PagedCase(
-        query.astype(dtype),
-        kv.astype(dtype),
+        query.astype(spec.dtype),
+        kv.astype(spec.dtype),
         tables,
         np.asarray(lens, np.int32),
-        float(1.0 / math.sqrt(head_dim) if scale is None else scale),
+        float(1.0 / math.sqrt(dim) if spec.scale is None else spec.scale),
         spec,
     )
 
@@ -137,8 +119,10 @@ def paged_caches(
 ) -> st.SearchStrategy[PagedCase]:
     """PagedCases: scattered blocks, poisoned unused slots, GQA groups, odd head dims."""
     return st.builds(
-        paged_case,
-        context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs),
+        CaseSpec,
+        context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs).map(
+            tuple
+        ),
         block_size=st.sampled_from(block_sizes),
         num_kv_heads=st.integers(1, max_kv_heads),
         group=st.integers(1, max_group),
@@ -147,7 +131,7 @@ def paged_caches(
         spare_blocks=st.integers(0, 2),
         scale=st.sampled_from(scales),
         seed=st.integers(0, 2**16),
-    )
+    ).map(paged_case)
 
 
 def reference_attention(

@@ -12,7 +12,8 @@ pyproject.toml, so an outside suite gets two fixtures with no set-up:
 
 `manager_machine(factory, **kw)` runs `check_manager`; `manager_machine.machine(factory,
 **kw)` returns the RuleBasedStateMachine class instead. `paged_cache` is one
-`paged_case(...)`, seeded from the test's id, shaped by the optional marker.
+`paged_case(CaseSpec(...))`, seeded from the test's id, shaped by the optional marker's
+CaseSpec fields.
 Importing this module imports only pytest: the kit loads when a fixture is used.
 """
 
@@ -37,7 +38,7 @@ Factory = Callable[[int, int], object]  # factory(num_blocks, block_size) -> a m
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "paged_cache(**spec): arguments for pagedsim.testing.paged_case "
+        "paged_cache(**fields): pagedsim.testing.CaseSpec fields "
         "(context_lens, block_size, num_kv_heads, group, head_dim, dtype, ...)",
     )
 
@@ -64,13 +65,13 @@ def manager_machine() -> _ManagerRunner:
 @pytest.fixture
 def paged_cache(request: pytest.FixtureRequest) -> PagedCase:
     """A scattered, poisoned paged KV cache (a PagedCase), fixed per test id."""
-    from .caches import paged_case
+    from .caches import CaseSpec, paged_case
 
     marker = request.node.get_closest_marker("paged_cache")
-    # paged_case's keywords; a marker's values are whatever the test wrote (untyped)
-    spec: dict[str, Any] = dict(
+    # CaseSpec's fields; a marker's values are whatever the test wrote (untyped)
+    fields: dict[str, Any] = dict(
         context_lens=(5, 9, 2), block_size=4, num_kv_heads=2, group=2, head_dim=8
     )
-    spec.update(marker.kwargs if marker else {})
-    spec.setdefault("seed", zlib.crc32(request.node.nodeid.encode()) % 2**16)
-    return paged_case(**spec)
+    fields.update(marker.kwargs if marker else {})
+    fields.setdefault("seed", zlib.crc32(request.node.nodeid.encode()) % 2**16)
+    return paged_case(CaseSpec(**fields))

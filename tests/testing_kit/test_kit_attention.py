@@ -4,7 +4,13 @@ catching the classic paged-attention bugs (a correct function must pass)."""
 import numpy as np
 import pytest
 
-from pagedsim.testing import NonConformance, check_attention, paged_case, reference_attention
+from pagedsim.testing import (
+    CaseSpec,
+    NonConformance,
+    check_attention,
+    paged_case,
+    reference_attention,
+)
 from pagedsim.testing.caches import POISON
 
 FEW = dict(examples=60)
@@ -74,7 +80,7 @@ def test_each_classic_attention_bug_is_caught_with_the_call_that_rebuilds_the_ca
         check_attention(bug, **FEW)
     message = str(caught.value)
     case_line = next(line for line in message.splitlines() if "case = paged_case(" in line)
-    case = eval(case_line.split(" = ", 1)[1], {"paged_case": paged_case})
+    case = eval(case_line.split(" = ", 1)[1], {"paged_case": paged_case, "CaseSpec": CaseSpec})
     assert not np.allclose(
         bug(*case.args), case.reference(), atol=case.tolerance, rtol=case.tolerance
     ), "the printed case must reproduce the failure"
@@ -85,13 +91,15 @@ def test_each_classic_attention_bug_is_caught_with_the_call_that_rebuilds_the_ca
 
 def test_a_case_is_scattered_and_poisons_every_slot_no_token_lives_in():
     case = paged_case(
-        context_lens=[5, 2],
-        block_size=4,
-        num_kv_heads=2,
-        group=3,
-        head_dim=5,
-        spare_blocks=2,
-        seed=7,
+        CaseSpec(
+            context_lens=(5, 2),
+            block_size=4,
+            num_kv_heads=2,
+            group=3,
+            head_dim=5,
+            spare_blocks=2,
+            seed=7,
+        )
     )
     assert case.query.shape == (2, 6, 5) and case.kv_cache.shape == (6, 2, 2, 4, 5)
     live = {
@@ -101,15 +109,26 @@ def test_a_case_is_scattered_and_poisons_every_slot_no_token_lives_in():
         for off in range(4):
             poisoned = (case.kv_cache[b, :, :, off] == POISON).all()
             assert poisoned != ((b, off) in live)
-    assert paged_case(**case.spec).kv_cache.tobytes() == case.kv_cache.tobytes()
+    assert paged_case(case.spec).kv_cache.tobytes() == case.kv_cache.tobytes()
+
+
+def test_a_case_spec_is_one_pasteable_record_and_refuses_a_bad_case():
+    spec = CaseSpec(context_lens=np.array([3, 9]), dtype="float16", seed=4)
+    assert spec.context_lens == (3, 9) and isinstance(spec.context_lens[0], int)
+    assert eval(repr(spec), {"CaseSpec": CaseSpec}) == spec
+    case = paged_case(spec)
+    assert repr(case) == f"paged_case({spec!r})" and case.spec is spec
+    for bad in (dict(context_lens=(3, 0)), dict(context_lens=()), dict(dtype="int8")):
+        with pytest.raises(ValueError, match="context lengths >= 1"):
+            CaseSpec(**bad)
 
 
 def test_the_kit_reference_agrees_with_the_kernels_reference():
     from cuda_kernels import ScoreMask, reference
 
     for seed in range(3):
-        case = paged_case(
-            context_lens=[7, 1, 12],
+        spec = CaseSpec(
+            context_lens=(7, 1, 12),
             block_size=2,
             num_kv_heads=2,
             group=2,
@@ -117,6 +136,7 @@ def test_the_kit_reference_agrees_with_the_kernels_reference():
             dtype="float16",
             seed=seed,
         )
+        case = paged_case(spec)
         np.testing.assert_allclose(
             reference_attention(*case.args),
             reference.paged_attention(*case.args[:4], ScoreMask(scale=case.scale)),

@@ -7,8 +7,9 @@
   32, tables and outputs longer than needed with garbage in the unused entries, logits and
   log-sum-exps in the thousands of either sign, lengths on block edges.
 
-Each puzzle's check file supplies `build(**params) -> arrays` (deterministic, so a failing case
-can be pasted and rerun), two parameter strategies (small for the stepper, full for launches),
+Each puzzle's check file supplies a `Case` (a NamedTuple of the sizes and seed) and
+`build(case) -> arrays` (deterministic, so a failing case is pasted and rerun as the one line
+`build(Case(...))`), two Case strategies (small for the stepper, full for launches),
 the NumPy spec, the number of threads a case needs, and which thread owns which output.
 Both checks refuse a kernel that changes one of its inputs.
 """
@@ -47,7 +48,7 @@ class Puzzle:
 
     module: str  # the check file's module, for the paste-able rerun line
     kernel: str  # the kernel's name in the student's file
-    build: Callable[..., dict]  # params -> the arrays, in the kernel's argument order
+    build: Callable[..., dict]  # Case -> the arrays, in the kernel's argument order
     spec: Callable[..., dict]  # the NumPy spec: arrays -> {output name: expected}
     outputs: tuple[str, ...]  # which arrays the kernel writes
     threads: Callable[[dict], int]  # arrays -> the number of threads the case needs
@@ -86,9 +87,9 @@ def on_block_edge(draw, L: int, B: int) -> int:
     return draw(st.sampled_from([L, *edge]))
 
 
-def rerun(p: Puzzle, params: dict) -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    return f"from {p.module} import build; arrays = build({args})"
+def rerun(p: Puzzle, case: tuple) -> str:
+    """The line that rebuilds `case` (a puzzle's Case NamedTuple, whose repr names every field)."""
+    return f"from {p.module} import {type(case).__name__}, build; arrays = build({case!r})"
 
 
 def _inputs_unchanged(p: Puzzle, before: dict, arrays: dict, where: str) -> None:
@@ -218,10 +219,10 @@ def _hard_coded(p: Puzzle) -> str:
     return ""
 
 
-def _known_mistake(p: Puzzle, case: dict, arrays: dict) -> str:
+def _known_mistake(p: Puzzle, case: tuple, arrays: dict) -> str:
     """The cause of the first of p.mistakes whose outputs the kernel wrote, or ''."""
     for cause, mistake in p.mistakes:
-        fresh = p.build(**case)
+        fresh = p.build(case)
         want = p.spec(**{k: np.array(v, copy=True) for k, v in fresh.items()})
         try:
             with np.errstate(all="ignore"):  # a mistake's own overflow is its business
@@ -265,13 +266,13 @@ def _lead(p: Puzzle, err: AssertionError, cause: str) -> AssertionError:
     return err
 
 
-def _nonfinite_cause(p: Puzzle, impl, case: dict, got: np.ndarray, want: np.ndarray) -> str:
+def _nonfinite_cause(p: Puzzle, impl, case: tuple, got: np.ndarray, want: np.ndarray) -> str:
     """Why an output is NaN or inf where the spec is finite: the kernel read a slot the case
     leaves unused (it is finite once those hold 0.0), or a value overflowed."""
     if not (~np.isfinite(got) & np.isfinite(want)).any():
         return ""
     if p.unused_read:
-        arrays = p.build(**case, fill=0.0)
+        arrays = p.build(case, fill=0.0)
         try:
             getattr(impl, p.kernel)[1, p.threads(arrays)](*arrays.values())
             if all(np.isfinite(np.asarray(arrays[o], np.float64)).all() for o in p.outputs):
@@ -282,7 +283,7 @@ def _nonfinite_cause(p: Puzzle, impl, case: dict, got: np.ndarray, want: np.ndar
 
 
 def _with_hints(
-    p: Puzzle, impl, case: dict, err: AssertionError, got, want, arrays: dict | None = None
+    p: Puzzle, impl, case: tuple, err: AssertionError, got, want, arrays: dict | None = None
 ) -> AssertionError:
     text = str(err)
     if p.unwritten and ("nobody wrote it" in text or "never written" in text):
@@ -298,9 +299,9 @@ def _with_hints(
     return _lead(p, err, cause)
 
 
-def _prepared(p: Puzzle, case: dict) -> tuple[dict, dict, dict]:
+def _prepared(p: Puzzle, case: tuple) -> tuple[dict, dict, dict]:
     """The case's arrays, a copy of them as they were, and what the spec says the outputs are."""
-    arrays = p.build(**case)
+    arrays = p.build(case)
     before = {k: np.array(v, copy=True) for k, v in arrays.items()}
     return arrays, before, p.spec(**{k: np.array(v, copy=True) for k, v in before.items()})
 
@@ -318,7 +319,7 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
 
     @STEPPED
     @given(params)
-    def run(case: dict) -> None:
+    def run(case: tuple) -> None:
         arrays, before, want = _prepared(p, case)
         threads = p.threads(arrays)
         where = say(
@@ -352,13 +353,13 @@ def check_launches(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int 
 
     @LAUNCHED
     @given(params)
-    def run(case: dict) -> None:
+    def run(case: tuple) -> None:
         launch(p, impl, case, extra)
 
     run()
 
 
-def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
+def launch(p: Puzzle, impl, case: tuple, extra: int = 3) -> None:
     """One real launch of `case`; an AssertionError names the first wrong element and its cause."""
     arrays, before, want = _prepared(p, case)
     threads = p.threads(arrays) + extra
@@ -373,7 +374,7 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
     except Exception as e:
         if isinstance(e, IndexError) and threads <= STEP_REPLAY:  # stepped, it names the array
             try:
-                run_threads(getattr(impl, p.kernel), threads, p.build(**case))
+                run_threads(getattr(impl, p.kernel), threads, p.build(case))
             except IndexError as stepped:
                 raise _raised(p, stepped, where, threads - extra) from e
             except Exception:  # the replay itself failed otherwise: the launch's error stands

@@ -7,7 +7,7 @@ data, including logits large enough to overflow exp() without the max subtractio
 The testing kit's caches (pagedsim.testing.paged_caches: scattered blocks, every slot
 no token owns poisoned, GQA groups, odd head dims) are the widest attention check; its
 float64 reference_attention is the answer, and a failing case is shown as the one
-paged_case(...) call that rebuilds it.
+paged_case(CaseSpec(...)) call that rebuilds it.
 """
 
 import numpy as np

@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k1: write_kv's slot scatter, against its NumPy spec."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -18,8 +20,19 @@ def spec(key, slot_mapping, k_cache):
     return {"k_cache": k_cache}
 
 
-def build(T, D, spare_slots, padded, seed):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    T: int  # tokens
+    D: int  # head_dim
+    spare_slots: int  # cache slots no token maps to
+    padded: int  # the last `padded` tokens have slot -1
+    seed: int
+
+
+def build(case: Case) -> dict:
     """T tokens into a cache of T + spare_slots slots; the last `padded` tokens have slot -1."""
+    T, D, spare_slots, padded, seed = case
     rng = np.random.default_rng(seed)
     mapping = rng.permutation(T + spare_slots)[:T].astype(np.int64)
     mapping[T - padded :] = -1
@@ -35,7 +48,7 @@ def params(draw, *, full: bool):
     """One thread per key number: at most 256 of them (a small grid for the simulator)."""
     D = draw(st.sampled_from([1, 2, 8, 64, 128]) if full else st.integers(1, 3))
     T = draw(st.integers(1, max(1, 256 // D)) if full else st.integers(1, 4))
-    return dict(
+    return Case(
         T=T,
         D=D,
         spare_slots=draw(st.integers(0, 16) if full else st.integers(0, 4)),

@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k2: gather one sequence's K through its block table."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -26,9 +28,21 @@ def spec(k_cache, block_table, out):
     return {"out": out}
 
 
-def build(B, D, L, spare_blocks, spare_entries, seed, fill=np.nan):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    B: int  # block_size
+    D: int  # head_dim
+    L: int  # the sequence's length
+    spare_blocks: int  # cache blocks it does not use
+    spare_entries: int  # garbage table entries past its last block
+    seed: int
+
+
+def build(case: Case, fill=np.nan) -> dict:
     """A cache whose slots past the sequence hold `fill`; a table `spare_entries` longer than L
     needs, its extra entries garbage (ids past the cache's end)."""
+    B, D, L, spare_blocks, spare_entries, seed = case
     rng = np.random.default_rng(seed)
     N, table = paged_table(rng, L, B, spare_blocks, spare_entries)
     k_cache = np.full((N, B, D), fill)
@@ -43,7 +57,7 @@ def params(draw, *, full: bool):
     D = draw(st.sampled_from([1, 2, 8, 64, 128]) if full else st.integers(1, 3))
     B = draw(st.integers(1, 32) if full else st.integers(1, 4))
     L = draw(st.integers(1, max(1, 256 // D)) if full else st.integers(1, 7))
-    return dict(
+    return Case(
         B=B,
         D=D,
         L=on_block_edge(draw, L, B),

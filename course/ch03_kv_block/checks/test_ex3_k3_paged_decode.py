@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k3: a naive paged decode, one thread per head."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -31,11 +33,26 @@ def spec(q, k_cache, v_cache, block_table, context_len, out):
     return {"out": out}
 
 
-def build(H, B, D, L, spare_blocks, spare_entries, base, spread, seed, fill=np.nan):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    H: int  # heads
+    B: int  # block_size
+    D: int  # head_dim
+    L: int  # the sequence's length (context_len)
+    spare_blocks: int  # cache blocks it does not use
+    spare_entries: int  # garbage table entries past its last block
+    base: float  # the scaled logits lie between base and base + spread
+    spread: float
+    seed: int
+
+
+def build(case: Case, fill=np.nan) -> dict:
     """q [H, D] whose scaled logits are about `base`, spread evenly over `spread` from the first
     token to the last (or from the last to the first); a cache with `spare_blocks` unused blocks;
     a table `spare_entries` longer than L needs. Every slot the sequence does not use is `fill`,
     and every table entry past its last block is garbage (an id past the cache's end)."""
+    H, B, D, L, spare_blocks, spare_entries, base, spread, seed = case
     rng = np.random.default_rng(seed)
     N, table = paged_table(rng, L, B, spare_blocks, spare_entries)
     k_cache = np.full((N, B, H, D), fill)
@@ -60,7 +77,7 @@ def build(H, B, D, L, spare_blocks, spare_entries, base, spread, seed, fill=np.n
 def params(draw, *, full: bool):
     B = draw(st.integers(1, 32) if full else st.integers(1, 3))
     L = on_block_edge(draw, draw(st.integers(1, 6 * B) if full else st.integers(1, 6)), B)
-    return dict(
+    return Case(
         H=draw(st.integers(1, 4) if full else st.integers(1, 3)),
         B=B,
         D=draw(st.sampled_from([1, 2, 3, 16, 64, 128]) if full else st.integers(1, 3)),

@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k4: merging two split-K partials by their log-sum-exp."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -20,8 +22,19 @@ def spec(o1, lse1, o2, lse2, out, lse_out):
     return {"out": out, "lse_out": lse_out}
 
 
-def build(H, D, base, gap, seed):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    H: int  # heads
+    D: int  # head_dim
+    base: float  # lse1 is about base, lse2 about base +- gap
+    gap: float
+    seed: int
+
+
+def build(case: Case) -> dict:
     """Two partials whose lse are about `base` and `base + gap`, head by head (either larger)."""
+    H, D, base, gap, seed = case
     rng = np.random.default_rng(seed)
     lse1 = base + rng.standard_normal(H) * 3
     lse2 = lse1 + gap * rng.choice([-1.0, 1.0], H) + rng.standard_normal(H)
@@ -38,7 +51,7 @@ def build(H, D, base, gap, seed):
 @st.composite
 def params(draw, *, full: bool):
     D = draw(st.sampled_from([1, 3, 16, 64, 128]) if full else st.integers(1, 3))
-    return dict(  # one thread per output number: at most 256 (a small grid for the simulator)
+    return Case(  # one thread per output number: at most 256 (a small grid for the simulator)
         H=draw(st.integers(1, max(1, min(4, 256 // D))) if full else st.integers(1, 3)),
         D=D,
         base=draw(st.sampled_from([0.0, 800.0, -800.0, 3000.0, -3000.0])),

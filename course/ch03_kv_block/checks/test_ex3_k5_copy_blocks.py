@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k5: copy_blocks for copy-on-write pairs."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -16,8 +18,19 @@ def spec(cache, pairs):
     return {"cache": cache}
 
 
-def build(N, B, D, P, seed):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    N: int  # blocks in the cache
+    B: int  # block_size
+    D: int  # head_dim
+    P: int  # (src, dst) pairs
+    seed: int
+
+
+def build(case: Case) -> dict:
     """P pairs over N blocks; no source is a destination, no two pairs share a destination."""
+    N, B, D, P, seed = case
     rng = np.random.default_rng(seed)
     ids = rng.permutation(N)[: 2 * P]
     pairs = np.stack([ids[:P], ids[P:]], axis=1).astype(np.int64)
@@ -30,7 +43,7 @@ def params(draw, *, full: bool):
     D = draw(st.sampled_from([1, 2, 8, 64]) if full else st.integers(1, 2))
     B = draw(st.integers(1, max(1, min(32, 128 // D))) if full else st.integers(1, 3))
     N = draw(st.integers(2, 8) if full else st.integers(2, 6))
-    return dict(
+    return Case(
         N=N,
         B=B,
         D=D,

@@ -1,5 +1,7 @@
 """Checks for puzzle 3.k6: which blocks a sliding window drops."""
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 from hypothesis import strategies as st
@@ -18,8 +20,18 @@ def spec(params, dropped):
     return {"dropped": dropped}
 
 
-def build(n, w, B, spare):
+class Case(NamedTuple):
+    """One case: `build(case)` makes its arrays, the same ones every time."""
+
+    n: int  # tokens in the sequence
+    w: int  # sliding_window
+    B: int  # block_size
+    spare: int  # entries of dropped past the sequence's blocks
+
+
+def build(case: Case) -> dict:
     """dropped has the sequence's ceil(n / B) entries plus `spare` more (the spec covers all)."""
+    n, w, B, spare = case
     return {"params": np.array([n, w, B]), "dropped": np.full(-(-n // B) + spare, POISON)}
 
 
@@ -29,7 +41,7 @@ def params(draw, *, full: bool):
     n = draw(st.integers(1, 200) if full else st.integers(1, 16))
     # edges: a window ending on a block boundary, one token past it, the whole sequence
     w = draw(st.sampled_from([1, B, B + 1, n, max(1, n - B), max(1, n - n % B), n + B]))
-    return dict(n=n, w=w, B=B, spare=draw(st.integers(0, 3)))
+    return Case(n=n, w=w, B=B, spare=draw(st.integers(0, 3)))
 
 
 def _rule(keep):

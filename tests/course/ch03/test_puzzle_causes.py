@@ -10,6 +10,7 @@ import textwrap
 import types
 
 import pytest
+from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks import _puzzle_checks as pc
 from course.ch03_kv_block.checks import test_ex3_k2_gather_k as k2
@@ -39,18 +40,18 @@ def attempt(tmp_path, monkeypatch, exercise: str, source: str):
     return types.SimpleNamespace(**namespace)
 
 
-def first_message(module, impl) -> str:
+def first_message(module, impl, cases=None) -> str:
     with pytest.raises(AssertionError) as caught:
-        pc.check_spec(module.PUZZLE, impl, module.params(full=False))
+        pc.check_spec(module.PUZZLE, impl, module.params(full=False) if cases is None else cases)
     text = str(caught.value)
     assert "thread(s) []" not in text and "thread None" not in text, text
     return text
 
 
-def gather(tmp_path, monkeypatch, **parts):
+def gather(tmp_path, monkeypatch, cases=None, **parts):
     fill = {"B": "k_cache.shape[1]", "guard": "p < out.shape[0]", "block": "block_table[p // B]"}
     source = GATHER.format(**{**fill, **parts})
-    return first_message(k2, attempt(tmp_path, monkeypatch, "3.k2", source))
+    return first_message(k2, attempt(tmp_path, monkeypatch, "3.k2", source), cases)
 
 
 def test_a_hard_coded_block_size_is_named_with_its_line(tmp_path, monkeypatch):
@@ -67,7 +68,9 @@ def test_an_unguarded_extra_thread_is_named_with_the_array_and_axis_it_overran(
 
 
 def test_a_guard_from_the_wrong_size_names_the_output_axis(tmp_path, monkeypatch):
-    said = gather(tmp_path, monkeypatch, guard="p < block_table.shape[0] * B")
+    # L = 3 in two blocks of 2 and no garbage entries: thread 3 reads a real slot, writes out[3]
+    case = k2.Case(B=2, D=1, L=3, spare_blocks=0, spare_entries=0, seed=0)
+    said = gather(tmp_path, monkeypatch, st.just(case), guard="p < block_table.shape[0] * B")
     assert "axis 0 of out (L, the sequence length)" in said, said
 
 
