@@ -223,18 +223,31 @@ def ladder_specs():
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
 
 
+def kernel_source(kernel) -> list[str]:
+    """The kernel's source lines, then those of each named device step its closure holds
+    (rungs 8-10 name their steps, as `prefill.py` does): the code one launch runs."""
+    import inspect
+
+    func = kernel.py_func
+    lines = inspect.getsource(func).splitlines()
+    for cell in func.__closure__ or ():
+        step = getattr(cell.cell_contents, "py_func", None)
+        if step is not None:
+            lines += inspect.getsource(step).splitlines()
+    return lines
+
+
 def kernel_diff(before, rung) -> dict:
-    """{kernel_lines, lines_changed}: the rung's kernel source lines and the lines a diff
+    """{kernel_lines, lines_changed}: the rung's `kernel_source` lines and the lines a diff
     from the previous rung's adds or removes (None without a previous or an own kernel)."""
     import difflib
-    import inspect
 
     if rung.name == "production":
         return {"kernel_lines": None, "lines_changed": None}
-    mine = inspect.getsource(rung.kernel.py_func).splitlines()
+    mine = kernel_source(rung.kernel)
     if before is None:
         return {"kernel_lines": len(mine), "lines_changed": None}
-    theirs = inspect.getsource(before.kernel.py_func).splitlines()
+    theirs = kernel_source(before.kernel)
     diff = difflib.unified_diff(theirs, mine, lineterm="", n=0)
     changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
     return {"kernel_lines": len(mine), "lines_changed": changed}
