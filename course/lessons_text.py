@@ -1,8 +1,7 @@
 """A lesson's text, read from its Markdown file, and what `pagedsim lesson` prints before the demo.
 
-Each lesson's prose lives beside its demo, `ch03_kv_block/lessons/l3_4.py` -> `l3_4.md`, as a
-page a student can open on GitHub. The file holds two language sections, English then Chinese,
-each
+Each lesson's prose lives beside its demo (`ch03_kv_block/lessons/l3_4.py` -> `l3_4.md`), a
+page a student can open on GitHub: two language sections, English then Chinese, each
 
     # 3.4 <title>
     <the text>
