@@ -30,7 +30,7 @@ from pathlib import Path
 from pagedsim.io.args import ArgParser, float_in, int_in
 
 from . import curriculum, i18n, progress, verdict, workspace
-from .lessons_text import lesson_text
+from .lessons_text import lesson_text, read
 
 LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
 
@@ -52,16 +52,15 @@ def lesson_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     lang = i18n.set_lang(args.lang)
     if args.section is None:
-        for s, mod in LESSONS.items():
-            print(f"  {s}  {importlib.import_module(mod).TITLE}")
+        for s in LESSONS:
+            print(f"  {s}  {read(s)['en'].title}")
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
         return _usage_error(
             "pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}"
         )
-    lesson = importlib.import_module(LESSONS[args.section])
-    print(lesson_text(lesson, args.section, lang), "\n")
+    print(lesson_text(args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +69,7 @@ def lesson_main(argv: list[str]) -> int:
         from .ch03_kv_block.lessons import NeedsExercise
 
         try:
-            lesson.demo(out)
+            importlib.import_module(LESSONS[args.section]).demo(out)
         except NeedsExercise as e:
             print(f"({e})")
         written = sorted(set(out.rglob("*")) - before)

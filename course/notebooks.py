@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from . import curriculum
-from .lessons_text import lesson_text
+from .lessons_text import lesson_text, read
 
 SECTIONS = tuple(curriculum.sections())  # one notebook per lesson
 FOLDER = Path(__file__).resolve().parent / "ch03_kv_block" / "notebooks"
@@ -99,7 +99,7 @@ def figures(section: str, out: Path) -> list[Path]:
 
     makers, paths = registry.collect(), []
     with style.output("png", dpi=30 if FAST else None):
-        for name, _ in getattr(_lesson(section), "FIGURES", ()):
+        for name, _ in read(section)["en"].figures:
             if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
                 command = f"pagedsim figures --only {name} --out DIR"
                 print(f"figure {name}: {command} (not drawn in the fast run)")
@@ -198,10 +198,9 @@ EDIT = (
 
 
 def notebook(section: str) -> dict:
-    lesson = _lesson(section)
     exercises = [e for e in curriculum.load() if e.section == section]
-    en = lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1)
-    zh = lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()
+    en = lesson_text(section, "en").replace("== ", "", 1).replace(" ==", "", 1)
+    zh = lesson_text(section, "zh").split("\n", 1)[1].strip()
     cells = [
         ("markdown", "# " + en),
         ("markdown", "## 中文\n\n" + zh),

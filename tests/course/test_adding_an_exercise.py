@@ -45,14 +45,18 @@ def test_double_doubles(impl):
 '''
 LESSON = '''"""Lesson 3.9: a throwaway lesson."""
 
-TITLE = "A throwaway lesson"
-TEXT = "Nothing to learn here."
-FIGURES = []
-
 
 def demo(out_dir) -> None:
     print("verdict: nothing happened, as planned")
 '''
+LESSON_TEXT = """# 3.9 A throwaway lesson
+
+Nothing to learn here.
+
+# 3.9 一节用完即弃的课
+
+这里没什么可学的。
+"""
 ENTRY = """
 [[exercise]]
 id = "3.9"
@@ -67,6 +71,7 @@ hint = "Multiply by two."
 PROBE = textwrap.dedent("""
     import json, pytest
     from course import cli, curriculum, notebooks, workspace
+    from course.lessons_text import lesson_text
     from course.runner import INI, run_checks
 
     ex = curriculum.find("3.9")
@@ -76,7 +81,7 @@ PROBE = textwrap.dedent("""
                           "--strict-markers"])
     print(json.dumps({"course": curriculum.COURSE_DIR.as_posix(), "problems": curriculum.problems(),
                       "markers": list(curriculum.markers()), "lessons": list(cli.LESSONS),
-                      "notebooks": list(notebooks.SECTIONS),
+                      "text": lesson_text("3.9", "zh"), "notebooks": list(notebooks.SECTIONS),
                       "workspace": [p.name for p in workspace.candidates(ex)],
                       "solution": solution.status,
                       "stub": [stub.passed, [f.kind for f in stub.failures]],
@@ -94,6 +99,7 @@ def test_a_new_exercise_needs_only_its_files_and_one_curriculum_entry(tmp_path):
     (ch / "solutions" / "ex3_9_double.py").write_text(SOLUTION)
     (ch / "checks" / "test_ex3_9_double.py").write_text(CHECKS)
     (ch / "lessons" / "l3_9.py").write_text(LESSON)
+    (ch / "lessons" / "l3_9.md").write_text(LESSON_TEXT, encoding="utf-8")
     with open(copy / "curriculum.toml", "a", encoding="utf-8") as f:
         f.write(ENTRY)
     env = {
@@ -120,5 +126,6 @@ def test_a_new_exercise_needs_only_its_files_and_one_curriculum_entry(tmp_path):
         "ch3_9 is not registered as a marker"
     )
     assert seen["lessons"][-1] == "3.9" and seen["notebooks"][-1] == "3.9"
+    assert seen["text"] == "== 3.9 一节用完即弃的课 ==\n\n这里没什么可学的。"
     assert "ex3_9_double.py" in seen["workspace"]
     assert seen["solution"] == "pass" and seen["stub"] == [0, ["not_implemented"]]

@@ -1,10 +1,10 @@
 """Chapter 3's lessons, one module per section: `pagedsim lesson 3.1` ... `pagedsim lesson 3.8`.
 
-Each module has TITLE (and TITLE_ZH), TEXT (English), TEXT_ZH (Chinese), FIGURES (names in
-`pagedsim figures --list`, with what to look at, and FIGURES_ZH the same in Chinese) and
-demo(out_dir), which runs the section's demonstration on the simulator, the kernels or the
-pictures and ends with `verdict(...)`: one sentence, computed from the numbers it printed,
-that says what they mean.
+Each section's text, in English and Chinese, with its figures' captions, is the Markdown page
+beside its module (l3_4.md; course/lessons_text.py reads it). The module has demo(out_dir),
+which runs the section's demonstration on the simulator, the kernels or the pictures and ends
+with `verdict(...)`: one sentence, computed from the numbers it printed, that says what they
+mean.
 
 A demo that needs an exercise's code gets it from `reference(ID)`: the reference
 solution, or, in a student build without the solutions (`pagedsim export-course`), the

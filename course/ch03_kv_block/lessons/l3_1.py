@@ -7,36 +7,6 @@ import random
 from course.ch03_kv_block.lessons import reference, verdict
 from pagedsim import BlockPool, blocks_needed
 
-TITLE = "Why fixed-size blocks?"
-TITLE_ZH = "为什么用固定大小的 Block？"
-FIGURES = [
-    (
-        "3.1-fragmentation",
-        "first-fit holes against fixed blocks: free space that no request can use",
-    )
-]
-FIGURES_ZH = ["首次适配留下的空洞与固定块对比：没有请求能用上的空闲空间"]
-TEXT = """
-Give every sequence one contiguous range sized to its length, and memory soon looks like
-Swiss cheese: after a few sequences finish, the free space is many holes, each too small
-for the next request, even though together they would be plenty. That is *external
-fragmentation*. Cut the KV cache into fixed-size blocks instead and any free block fits
-any need; a sequence's blocks need not be neighbours. What remains is a little
-*internal* waste at the end of each sequence's last block (section 3.5).
-
-The demo replays one random trace twice over the same 240 token slots: once with a
-first-fit allocator of variable-size ranges (exercise 3.1's reference solution), once
-with a pool of 30 fixed blocks of 8 slots, and counts the requests each one refuses.
-"""
-TEXT_ZH = """
-给每个序列分配一段与其长度相同的连续空间，内存很快就会千疮百孔：几个序列结束后，空闲空间
-变成许多小洞，每个都放不下下一个请求，加起来却绰绰有余。这就是"外部碎片"。把 KV Cache
-切成固定大小的 Block，任何空闲 Block 都能满足任何需求，序列的 Block 也不必相邻；剩下的只是
-每个序列最后一个 Block 末尾的一点"内部"浪费（见 3.5 节）。演示在同样的 240 个槽位上把同一条
-随机请求序列重放两遍：一次用可变长的首次适配（练习 3.1 的参考答案），一次用 30 个 8 槽位的
-固定 Block，并统计各自拒绝了多少请求。
-"""
-
 
 def random_trace(seed: int = 3, steps: int = 120):
     """("alloc", id, size) and ("free", id) steps: sizes 5..40 tokens, about half finish."""

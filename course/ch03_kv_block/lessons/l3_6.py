@@ -12,49 +12,6 @@ from course.ch03_kv_block.lessons import NeedsExercise, verdict
 from pagedsim import KVCacheManager, story
 from pagedsim.trace import SeqState, Snapshot
 
-TITLE = "The core flow diagram"
-TITLE_ZH = "核心流程图"
-FIGURES = [
-    (
-        "3.6-core-flow",
-        "free pool -> allocated blocks -> block tables, drawn from the tour's trace (its fork and "
-        "copy-on-write are v0); the demo also draws step-NN.png with your draw_flow",
-    )
-]
-FIGURES_ZH = [
-    "空闲池 -> 已分配的块 -> Block Table，按导览的轨迹绘制（其中的 fork 和 "
-    "copy-on-write 属于 v0）；演示还会用你的 draw_flow 画出 step-NN.png"
-]
-TEXT = """
-The chapter's figure has three parts: the free block pool, the allocated blocks, and the
-block tables that translate logical blocks to physical ones. Allocation takes from the
-free pool, freeing gives back, and the table does the translation. Here the picture is
-not drawn by hand: every step of a run is recorded as a snapshot, and a renderer turns
-a snapshot into a picture, so the diagram always shows what really happened.
-
-The demo runs a short scenario (three arrivals, a fork, two finishes, a copy-on-write)
-on *your* pool from exercise 3.4a with *your* fork and copy-on-write from 3.4b, records a
-snapshot after each step, compares them with pagedsim's manager, and draws every step
-with *your* draw_flow from 3.6. Each part you have not written yet is replaced by the
-reference solution, and the demo says so.
-
-Fork and copy-on-write are vLLM v0's way to share blocks (beam search and parallel
-sampling inside one sequence group); the captions mark them "(v0)". vLLM v1 has neither:
-it shares only full blocks, through the prefix cache (lesson 3.4), so a v1 trace of the
-same requests would show shared full blocks and no copy.
-"""
-TEXT_ZH = """
-本章的图有三部分：空闲 Block 池、已分配的 Block，以及把逻辑块翻译成物理块的 Block Table。
-这里的图不是手画的：运行的每一步都记录成快照，渲染器把快照画成图，所以图上永远是真实发生的事。
-演示在*你的*空闲链表（练习 3.4a）上、用*你的* fork 和写时复制（3.4b）运行一个小场景，逐步记录
-快照并与 pagedsim 的管理器对比，再用*你的* draw_flow（3.6）画出每一步。还没写完的部分用参考
-答案代替，演示会说明。
-
-fork 和写时复制是 vLLM v0 共享 Block 的方式（一个序列组内的 beam search 和并行采样），图注里标为
-"(v0)"。vLLM v1 两者都没有：它只通过前缀缓存共享整块（见 3.4 节），所以同样的请求在 v1 下只会看到
-共享的整块，不会有复制。
-"""
-
 BLOCK_SIZE = 4
 SCRIPT = [
     ("add", "A", 6),

@@ -10,63 +10,6 @@ from pagedsim.labs import sectors
 from pagedsim.labs.interleavings import summarize
 from pagedsim.sizing import PRESETS, fit_blocks
 
-TITLE = "Pitfalls in real projects"
-TITLE_ZH = "真实项目中的坑"
-FIGURES = [
-    ("3.7-alignment", "block starts packed vs rounded up to 128 B, and the padding it costs"),
-    (
-        "alignment_sectors",
-        "the sectors one warp load touches at each start offset (the model below)",
-    ),
-    ("layout_sectors", "K and V together or apart: the sectors one warp's load touches"),
-    ("race_timeline", "the first bad schedule of the racy pop"),
-]
-FIGURES_ZH = [
-    "紧密排列与向上对齐到 128 B 的块起点，以及对齐的代价",
-    "一次 warp 读取在每个起始偏移处触及的 sector（下面的模型）",
-    "K 和 V 放在一起还是分开：一次 warp 读取触及的 sector",
-    "有竞争的弹栈的第一个出错调度",
-]
-TEXT = """
-Three pitfalls. (1) Alignment: GPU loads are served in 32-byte sectors and 128-byte lines,
-so every block should start on a 128-byte boundary; round the block's stride *up* to a
-multiple of 128, once, and start block i at i * stride (rounding each start instead lets
-1,200-byte blocks overlap). CUDA's cudaMallocPitch does the same for 2-D arrays: it pads
-every row to a pitch the driver picks for the device and returns that pitch, and you index
-row r at base + r * pitch; a block pool is a 2-D array whose rows are blocks. (2) Concurrent
-allocation: when many threads pop blocks at once, reading the free-list top and writing
-top - 1 must be one atomic step, or two threads get the same block. (3) Pre-allocation:
-carve the whole pool with one device allocation at start-up (vLLM does this after profiling
-free memory), so that serving a request allocates no device memory at all. vLLM v1 also
-sets block 0 aside at start-up as the *null block*: table entries that hold no KV (blocks
-a sliding window has dropped, padding) point at it. pagedsim marks them with
-NULL_BLOCK = -1 instead, so all num_blocks blocks of its pool are usable.
-
-The chapter reports two measured numbers: about 30% lower bandwidth utilisation when K and
-V were stored apart (3.2), and about 15% slower kernels without 128-byte alignment (3.7).
-No GPU was available when this course was built, so this lesson shows no GPU timing. It
-shows what can be computed without one, and says under each table what the model predicts
-against the chapter's claim, and what a GPU run would show: the sector model of
-cuda_kernels.labs (index arithmetic only), device allocations counted and timed on the
-simulator, and a concurrent pop run step by step, racy and atomic.
-"""
-TEXT_ZH = """
-三个坑。(1) 对齐：GPU 以 32 字节扇区、128 字节缓存行读取，每个 Block 的起始地址应 128 字节对齐：
-把 Block 的步长向"上"取整一次，第 i 个 Block 从 i × 步长开始（对每个起点分别取整会让 1200 字节的
-Block 互相重叠）。CUDA 的 cudaMallocPitch 对二维数组做同样的事：驱动为设备选一个 pitch，把每一行
-补齐到 pitch 并返回它，第 r 行位于 base + r × pitch；Block 池就是以 Block 为行的二维数组。
-(2) 并发分配：多个线程同时取 Block 时，读栈顶和写回 栈顶-1 必须是一个原子操作，否则两个线程会拿到
-同一个 Block。(3) 预分配：启动时用一次设备分配切好整个池（vLLM 在测出空闲显存后这样做），服务
-请求时不再分配任何显存。vLLM v1 还在启动时把 Block 0 留作"空块"（null block）：不存 KV 的表项
-（滑动窗口丢掉的 Block、填充）都指向它。pagedsim 改用 NULL_BLOCK = -1 标记这些表项，所以池里全部
-num_blocks 个 Block 都可用。
-
-本章给出两个实测数字：K/V 分开存放带宽利用率降约 30%，不做 128 字节对齐内核慢约 15%。构建课程时
-没有 GPU，所以这里不显示任何 GPU 计时；演示只给出不用 GPU 能算出的东西，并在每张表下说明模型的
-预测与本章结论的差别、以及 GPU 实测会看到什么：cuda_kernels.labs 的扇区模型（只做下标运算）、在
-模拟器上计数并计时的设备分配，以及逐步执行的并发弹栈（有竞争版本与原子版本）。
-"""
-
 
 def _note(text: str) -> None:
     """A paragraph under a table, wrapped to 100 columns."""
