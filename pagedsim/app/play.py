@@ -255,19 +255,22 @@ def main(argv: list[str] | None = None) -> int:
     return _play(args, p, width, lang)
 
 
+def options(args: argparse.Namespace) -> Options:
+    """The pool the flags ask for, each under the name it keeps down to the pool."""
+    return Options(
+        num_gpu_blocks=args.num_gpu_blocks_override,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        sliding_window=args.sliding_window,
+        preemption_mode=args.preemption_mode,
+        hybrid=args.hybrid,
+    )
+
+
 def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
     """A new session, played from the script or typed (stdin), then drawn and saved."""
     try:
-        session = Session(
-            Options(
-                args.num_gpu_blocks_override,
-                args.block_size,
-                args.enable_prefix_caching,
-                args.sliding_window,
-                args.preemption_mode,
-                args.hybrid,
-            )
-        )
+        session = Session(options(args))
     except Refused as e:
         p.error(str(e))
     # a script written to a page prints captions only: the page shows the pool

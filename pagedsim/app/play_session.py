@@ -329,12 +329,12 @@ class Session:
         return notes
 
     def _dry_note(self, e: OutOfBlocks) -> Note:
-        if e.needed > self.manager.num_blocks:  # refused at admission: nobody was preempted
+        if e.needed > self.manager.num_gpu_blocks:  # refused at admission: nobody was preempted
             return Note(
                 "it needs {n} blocks, more than the whole pool of {m}: it can never "
                 "fit, so nothing was preempted for it",
                 n=e.needed,
-                m=self.manager.num_blocks,
+                m=self.manager.num_gpu_blocks,
             )
         if self.options.preemption_mode != "none":
             return Note("the pool ran dry even after preempting")

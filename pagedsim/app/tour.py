@@ -129,7 +129,7 @@ def format_snapshot(
     def say(template: str, **kw: object) -> str:
         return t(template, lang, tour_zh.VIEW_ZH, **kw)
 
-    owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
+    owners: dict[int, list[str]] = {b: [] for b in range(s.num_gpu_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
             if b >= 0:
@@ -169,9 +169,9 @@ def format_snapshot(
             free=len(s.free_list),
         )
     )
-    for start in range(0, s.num_blocks, per_row):
+    for start in range(0, s.num_gpu_blocks, per_row):
         cells = []
-        for b in range(start, min(start + per_row, s.num_blocks)):
+        for b in range(start, min(start + per_row, s.num_gpu_blocks)):
             if s.ref_counts[b] == 0:
                 cell = f"#{b:<2} {say('free')}"
             else:

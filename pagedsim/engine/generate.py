@@ -91,7 +91,7 @@ NOT_CHECKED: dict[str, None] = dict.fromkeys(DenseCheck._fields)
 
 @dataclass(frozen=True)
 class LabelledSnapshot(Snapshot):
-    block_labels: tuple[str, ...] = ()  # [num_blocks] the text each block holds ("" when none)
+    block_labels: tuple[str, ...] = ()  # [num_gpu_blocks] the text each block holds ("" when none)
 
 
 def text(tok: Any, ids: Sequence[int]) -> str | None:

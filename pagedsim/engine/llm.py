@@ -99,7 +99,7 @@ class EngineStep:
     """One step of a traced engine (`LLM(trace=True)`)."""
 
     snapshot: int  # index of the manager's snapshot after the step (llm_engine.manager.trace)
-    block_labels: tuple[str, ...]  # [num_blocks] the text each block holds ("" when none)
+    block_labels: tuple[str, ...]  # [num_gpu_blocks] the text each block holds ("" when none)
 
 
 class DenseCheck(NamedTuple):
@@ -329,7 +329,7 @@ class LLM:
     def _block_labels(self, engine: PagedEngine) -> tuple[str, ...]:
         """The text each physical block holds (live blocks and cache-hittable free ones)."""
         held = engine.block_tokens()
-        blocks = range(engine.manager.num_blocks)
+        blocks = range(engine.manager.num_gpu_blocks)
         return tuple(self._decode(held[b]) if b in held else "" for b in blocks)
 
     def _run_of(self, request_id: str) -> Run:

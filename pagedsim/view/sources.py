@@ -81,7 +81,7 @@ def _hashes(session) -> list | None:
     for m in session.moments[: session.cursor]:
         twin.run(m.command)
         pool: Any = twin.manager.pool  # a caching pool: checked by hasattr above
-        n = twin.manager.num_blocks
+        n = twin.manager.num_gpu_blocks
         now = tuple(
             format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
             for b in range(n)

@@ -215,16 +215,16 @@ def test_an_unknown_scheduling_policy_is_refused(name, error):
 
 
 @pytest.mark.parametrize(
-    "host_blocks, error",
+    "num_cpu_blocks, error",
     [(-1, ValueError), (2.5, TypeError), ("8", TypeError), (1 << 30, ValueError)],
 )
-def test_a_host_pool_of_a_bad_size_is_refused(host_blocks, error):
+def test_a_host_pool_of_a_bad_size_is_refused(num_cpu_blocks, error):
     from pagedsim.policies import HostPool, make_policy
 
-    with pytest.raises(error, match="host_blocks"):
-        HostPool(host_blocks)
-    with pytest.raises(error, match="host_blocks"):
-        make_policy("swap", host_blocks=host_blocks)
+    with pytest.raises(error, match="num_cpu_blocks"):
+        HostPool(num_cpu_blocks)
+    with pytest.raises(error, match="num_cpu_blocks"):
+        make_policy("swap", num_cpu_blocks=num_cpu_blocks)
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "x", "1.5"])

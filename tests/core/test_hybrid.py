@@ -105,8 +105,8 @@ def test_bad_construction_arguments_are_refused(kwargs, error):
     st.integers(1, 5),
     st.integers(4, 14),
 )
-def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
-    m = HybridManager(num_blocks, B, sliding_window=window, trace=False)
+def test_random_operations_keep_both_groups_consistent(ops, window, num_gpu_blocks):
+    m = HybridManager(num_gpu_blocks, B, sliding_window=window, trace=False)
     k = 0
     for op, tokens in ops:
         before = state(m)
@@ -129,7 +129,7 @@ def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
         m.check_invariants()
     for s in m.seq_ids():
         m.free_sequence(s)
-    assert m.num_free_blocks == num_blocks
+    assert m.num_free_blocks == num_gpu_blocks
 
 
 def test_bad_calls_are_refused_with_nothing_changed():

@@ -195,7 +195,7 @@ TRACES = {  # name: (a change to the last snapshot, a word the ValueError names)
     "free_list naming a block twice": (_set("free_list", [2, 2]), "twice"),
     "block_size 0": (_set("block_size", 0), "block_size"),
     "block_size nan": (_set("block_size", float("nan")), "block_size"),
-    "num_blocks -3": (_set("num_blocks", -3), "num_blocks"),
+    "num_gpu_blocks -3": (_set("num_gpu_blocks", -3), "num_gpu_blocks"),
     "block_fill 999": (lambda s: s["block_fill"].__setitem__(0, 999), "block_fill"),
     "ref_counts -1": (lambda s: s["ref_counts"].__setitem__(0, -1), "ref_counts"),
     "step 'one'": (_set("step", "one"), "step"),
