@@ -235,9 +235,9 @@ def read_config(raw: object, source: str) -> Config:
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
     if not isinstance(dtype, str) or dtype not in TORCH_DTYPES:
         raise ValueError(f"{source}: torch_dtype {dtype!r} is not one of {sorted(TORCH_DTYPES)}")
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    if window is not None:
-        window = _field(cfg, "sliding_window", source)
+    sliding_window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if sliding_window is not None:
+        sliding_window = _field(cfg, "sliding_window", source)
     max_pos = cfg.get("max_position_embeddings")
     if max_pos is not None:
         max_pos = _field(cfg, "max_position_embeddings", source)
@@ -252,7 +252,7 @@ def read_config(raw: object, source: str) -> Config:
         head_dim=head_dim,
         **mla_dims(cfg, heads, source),
         dtype=TORCH_DTYPES[dtype],
-        sliding_window=window,
+        sliding_window=sliding_window,
         max_position_embeddings=max_pos,
         params=params,
         params_unknown=unknown,

@@ -9,7 +9,7 @@
 The commands are `help_text()`; lines starting with # are comments. After each command the
 pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
 is explained in one line and changes nothing; a pool that runs dry is a step of its own.
-Options pick the manager: `--enable-prefix-caching` (v1), `--window N`, `--hybrid N`,
+Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N`, `--hybrid N`,
 `--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
 does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
@@ -219,8 +219,7 @@ def _pool_arguments(p: ArgParser) -> None:
         help="share full prompt blocks (equal WORDs); off unless given",
     )
     p.add_argument(
-        "--window",
-        dest="sliding_window",
+        "--sliding-window",
         type=int_in(1, 1 << 20),
         metavar="N",
         help="sliding-window attention over N tokens",

@@ -99,7 +99,7 @@ class Options:
     num_gpu_blocks: int = 12  # --num-gpu-blocks-override
     block_size: int = 4
     enable_prefix_caching: bool = False
-    sliding_window: int | None = None  # --window, in tokens (None: full attention)
+    sliding_window: int | None = None  # --sliding-window, in tokens (None: full attention)
     # what a short pool does: none (the step fails), recompute, swap
     preemption_mode: str = "none"
     hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
@@ -111,7 +111,7 @@ class Options:
                 f"got {self.preemption_mode!r}"
             )
         if self.enable_prefix_caching and self.sliding_window:
-            raise Refused("choose --enable-prefix-caching or --window, not both")
+            raise Refused("choose --enable-prefix-caching or --sliding-window, not both")
         if self.hybrid is not None:
             return self._hybrid()
         if self.enable_prefix_caching:
@@ -129,7 +129,7 @@ class Options:
         if self.enable_prefix_caching or self.sliding_window or self.preemption_mode != "none":
             raise Refused(
                 "--hybrid already caches prefixes and windows its second group; it "
-                "takes no --enable-prefix-caching, --window or --preemption-mode"
+                "takes no --enable-prefix-caching, --sliding-window or --preemption-mode"
             )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")

@@ -112,7 +112,10 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
         for v in ("0", "-1", "inf", "1e9")
     },
     "play --block-size nan": (["play", "script.txt", "--block-size", "nan"], "--block-size"),
-    "play --window 0": (["play", "script.txt", "--window", "0"], "--window"),
+    "play --sliding-window 0": (
+        ["play", "script.txt", "--sliding-window", "0"],
+        "--sliding-window",
+    ),
     "play --trace T SCRIPT": (["play", "--trace", "good.json", "script.txt"], "give one of"),
     "play --events E SCRIPT": (["play", "--events", "good.json", "script.txt"], "give one of"),
     "play --events E --trace T": (
