@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..io.args import ArgParser
     from ..view import PageOptions
 
-NUM_BLOCKS, BLOCK_SIZE = 12, 4
+NUM_GPU_BLOCKS, BLOCK_SIZE = 12, 4
 
 # (why, op): each step of the tour, what the chapter says about it and the call it makes
 SCRIPT: list[tuple[str, Callable[[KVCacheManager], object]]] = [
@@ -105,7 +105,7 @@ def _whys(lang: str) -> tuple[str, list[str], str]:
 
 def tour_manager(steps: int | None = None) -> KVCacheManager:
     """Run the tour's script (all of it, or the first `steps` steps) and return the manager."""
-    m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, free_order="lifo")
+    m = KVCacheManager(NUM_GPU_BLOCKS, BLOCK_SIZE, free_order="lifo")
     for _, op in SCRIPT[:steps]:
         try:
             op(m)
@@ -266,7 +266,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
         say(
             "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
             "as in the chapter)",
-            n=NUM_BLOCKS,
+            n=NUM_GPU_BLOCKS,
             b=BLOCK_SIZE,
         )
         + "\n"

@@ -286,14 +286,14 @@ class LLM:
             self.scheduler_config.preemption_mode == "recompute" and self.pool is None and not forks
         )
         size = self.cache_config.block_size
-        blocks = self.cache_config.num_gpu_blocks_override or 4 + sum(
+        num_gpu_blocks = self.cache_config.num_gpu_blocks_override or 4 + sum(
             r.width * -(-(len(r.prompt) + r.max_tokens) // size) for r in requests
         )
         engine = self.llm_engine
         if engine is not None and engine.mode == ("v1" if v1 else "v0"):
-            if blocks <= self._num_gpu_blocks:
+            if num_gpu_blocks <= self._num_gpu_blocks:
                 return engine
-        return self._build(v1, blocks)
+        return self._build(v1, num_gpu_blocks)
 
     def _build(self, v1: bool, num_gpu_blocks: int) -> PagedEngine:
         cache = replace(self.cache_config, num_gpu_blocks=num_gpu_blocks)

@@ -34,7 +34,7 @@ from .contract import Managed, describe
 from .messages import PoolState, diff, hint, took
 
 FREE_ORDERS = (None, "lifo", "fifo")
-NUM_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
+NUM_GPU_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
 BLOCK_SIZES = st.sampled_from([1, 2, 4, 8])  # tokens per block; shrinks towards 1
 
 Tables = dict[int, list[int]]  # live seq -> its block table
@@ -62,7 +62,7 @@ class ManagerConformance(RuleBasedStateMachine):
 
     # factory(num_gpu_blocks, block_size) -> the manager under test; manager_machine binds it
     factory: Callable[[int, int], object] | None = None
-    sizes = st.tuples(NUM_BLOCKS, BLOCK_SIZES)  # (num_gpu_blocks, block_size)
+    sizes = st.tuples(NUM_GPU_BLOCKS, BLOCK_SIZES)  # (num_gpu_blocks, block_size)
     free_order: str | None = None  # None, "lifo" or "fifo": compare tables with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
     call_timeout: float | None = None  # seconds per call into the manager, or None
@@ -389,7 +389,7 @@ def manager_machine(
         {
             "factory": staticmethod(factory),
             "sizes": st.tuples(
-                _strategy(NUM_BLOCKS if num_gpu_blocks is None else num_gpu_blocks),
+                _strategy(NUM_GPU_BLOCKS if num_gpu_blocks is None else num_gpu_blocks),
                 _strategy(BLOCK_SIZES if block_size is None else block_size),
             ),
             "free_order": check_free_order,
