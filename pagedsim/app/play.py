@@ -9,7 +9,8 @@
 The commands are `help_text()`; lines starting with # are comments. After each command the
 pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
 is explained in one line and changes nothing; a pool that runs dry is a step of its own.
-Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N`, `--hybrid N`,
+Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N` (with `--hybrid`:
+two KV cache groups),
 `--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
 does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
@@ -226,9 +227,8 @@ def _pool_arguments(p: ArgParser) -> None:
     )
     p.add_argument(
         "--hybrid",
-        type=int_in(1, 1 << 20),
-        metavar="N",
-        help="two KV cache groups (vLLM v1): full attention + a window of N tokens",
+        action="store_true",
+        help="two KV cache groups (vLLM v1): full attention + the --sliding-window N group",
     )
     p.add_argument(
         "--preemption-mode",

@@ -35,8 +35,10 @@ GENERATE_VERSION = {  # the engine's mode: the scheduler that served the run
 
 def version_of(options) -> str:
     """The vLLM version behind a playground's options (`play_session.Options`)."""
-    if options.hybrid is not None:
-        label = f"vLLM v1 hybrid allocator: full attention + a {options.hybrid}-token window"
+    if options.hybrid:
+        label = (
+            f"vLLM v1 hybrid allocator: full attention + a {options.sliding_window}-token window"
+        )
     elif options.enable_prefix_caching:
         label = "vLLM v1 automatic prefix caching (free queue = LRU eviction order)"
     elif options.sliding_window:

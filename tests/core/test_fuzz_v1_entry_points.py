@@ -227,12 +227,15 @@ def test_a_host_pool_of_a_bad_size_is_refused(num_cpu_blocks, error):
         make_policy("swap", num_cpu_blocks=num_cpu_blocks)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "x", "1.5"])
-def test_play_hybrid_with_a_bad_window_exits_2_with_one_line(value, capsys):
+@pytest.mark.parametrize(
+    "window",
+    [["--sliding-window", "0"], ["--sliding-window", "x"], ["--sliding-window", "1.5"], []],
+)
+def test_play_hybrid_with_a_bad_or_no_window_exits_2_with_one_line(window, capsys):
     from pagedsim.app import play
 
     with pytest.raises(SystemExit) as e:
-        play.main(["--hybrid", value])
+        play.main(["--hybrid", *window])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err and "Traceback" not in "\n".join(err) and "hybrid" in err[-1]
+    assert err and "Traceback" not in "\n".join(err) and "sliding-window" in err[-1]

@@ -48,7 +48,12 @@ def test_generate_carries_num_gpu_blocks_from_the_flag_to_the_pool(tmp_path, mon
 
 @pytest.mark.parametrize(
     "flags",
-    [[], ["--enable-prefix-caching"], ["--sliding-window", "8"], ["--hybrid", "8"]],
+    [
+        [],
+        ["--enable-prefix-caching"],
+        ["--sliding-window", "8"],
+        ["--hybrid", "--sliding-window", "8"],
+    ],
     ids=["plain", "prefix-caching", "sliding-window", "hybrid"],
 )
 def test_play_carries_num_gpu_blocks_from_the_flag_to_the_pool(flags):

@@ -122,7 +122,7 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
         ["play", "--events", "e.jsonl", "--trace", "good.json"],
         "give one of",
     ),
-    "play --hybrid 0": (["play", "script.txt", "--hybrid", "0"], "--hybrid"),
+    "play --hybrid with no window": (["play", "script.txt", "--hybrid"], "--sliding-window"),
     "play --events of a missing file": (["play", "--events", "missing.jsonl"], "missing.jsonl"),
     "play --trace of a missing file": (["play", "--trace", "missing.json"], "missing.json"),
     "play --trace of a script": (["play", "--trace", "script.txt"], "not JSON"),
