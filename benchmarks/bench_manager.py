@@ -30,7 +30,7 @@ import numpy as np
 
 from pagedsim import KVCacheManager
 
-NUM_BLOCKS, BLOCK_SIZE, NUM_REQUESTS, MAX_RUNNING = 65_536, 16, 4_000, 256
+NUM_GPU_BLOCKS, BLOCK_SIZE, NUM_REQUESTS, MAX_RUNNING = 65_536, 16, 4_000, 256
 CHUNK = 16  # scheduler steps timed for one contender before the next takes its turn
 
 # One scheduler step: (admitted [(seq id, prompt tokens)], running seq ids, finished seq ids)
@@ -72,7 +72,7 @@ class Floor:
     """A list as a stack of free ids and a dict of tables: the bare minimum."""
 
     def __init__(self) -> None:
-        self.free = list(range(NUM_BLOCKS - 1, -1, -1))
+        self.free = list(range(NUM_GPU_BLOCKS - 1, -1, -1))
         self.tables: dict[int, list[int]] = {}
         self.lens: dict[int, int] = {}
 
@@ -99,7 +99,7 @@ class Manager:
     each new token's slot (what write_kv needs), on admission and on every step."""
 
     def __init__(self, trace: bool = False, with_slots: bool = False):
-        m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
+        m = KVCacheManager(NUM_GPU_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
         self.add: Callable[[int, int], object] = partial(m.add_sequence, with_slots=with_slots)
         self.step: Callable[[list[int]], object] = partial(m.decode_step, with_slots=with_slots)
         self.finish = m.free_sequence

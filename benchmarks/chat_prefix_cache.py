@@ -36,8 +36,8 @@ def chat_workload(
     ]
 
 
-def run(chat, block_size=16, num_blocks=4096) -> dict:
-    m = PrefixCachingManager(num_blocks, block_size, trace=False)
+def run(chat, block_size=16, num_gpu_blocks=4096) -> dict:
+    m = PrefixCachingManager(num_gpu_blocks, block_size, trace=False)
     with_ids = "token_ids" in inspect.signature(m.append_tokens).parameters
     token_stats = hasattr(m.stats, "hit_tokens")
     history = [[] for _ in chat]

@@ -38,14 +38,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
+from .errors import MAX_BLOCK_SIZE, MAX_NUM_GPU_BLOCKS, BlockError, OutOfBlocks, count_arg
 
 FREE_ORDERS = ("lifo", "prepend", "fifo")
 
 
 class BlockPool:
     __slots__ = (
-        "num_blocks",
+        "num_gpu_blocks",
         "block_size",
         "free_order",
         "_ref",
@@ -55,28 +55,28 @@ class BlockPool:
         "num_shared",
     )
 
-    def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
-        num_blocks = count_arg("num_blocks", num_blocks, 1, MAX_NUM_BLOCKS)
+    def __init__(self, num_gpu_blocks: int, block_size: int, free_order: str = "lifo"):
+        num_gpu_blocks = count_arg("num_gpu_blocks", num_gpu_blocks, 1, MAX_NUM_GPU_BLOCKS)
         block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
         if not isinstance(free_order, str):
             raise TypeError(f"free_order must be a str, got {type(free_order).__name__}")
         if free_order not in FREE_ORDERS:
             raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
-        self.num_blocks = num_blocks  # physical blocks, fixed for the pool's life
+        self.num_gpu_blocks = num_gpu_blocks  # physical blocks, fixed for the pool's life
         self.block_size = block_size  # tokens per block
         self.free_order = free_order  # where a freed block re-enters the list
-        self._ref = [0] * num_blocks  # [num_blocks] reference counts
+        self._ref = [0] * num_gpu_blocks  # [num_gpu_blocks] reference counts
         # Two counters everyone may read and only the pool writes (plain attributes, as
         # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks is, because the manager reads them
         # on every token; check_invariants recounts both):
-        self.num_free_blocks = num_blocks  # length of the free list
+        self.num_free_blocks = num_gpu_blocks  # length of the free list
         self.num_shared = 0  # blocks whose count is above 1 (callers skip copy-on-write checks)
         self._make_free_list()
 
     # ---- the free list: ids on two stacks (LinkedBlockPool replaces this section) ----
     def _make_free_list(self) -> None:
-        """Every block free, head first: 0, 1, ..., num_blocks - 1."""
-        self._free = list(range(self.num_blocks - 1, -1, -1))  # [num_free] the head last
+        """Every block free, head first: 0, 1, ..., num_gpu_blocks - 1."""
+        self._free = list(range(self.num_gpu_blocks - 1, -1, -1))  # [num_free] the head last
         self._back: list[int] = []  # blocks freed to the tail, oldest first
 
     def head(self) -> int | None:
@@ -133,7 +133,7 @@ class BlockPool:
     def _checked_free_list(self) -> list[int]:
         """The free list, head first, after checking its structure (for check_invariants)."""
         free = self.free_list()
-        assert all(type(b) is int and 0 <= b < self.num_blocks for b in free), (
+        assert all(type(b) is int and 0 <= b < self.num_gpu_blocks for b in free), (
             f"free list holds an id outside the pool: {free}"
         )
         assert len(set(free)) == len(free), "free list names a block twice"
@@ -145,7 +145,7 @@ class BlockPool:
     # ---- queries -----------------------------------------------------------
     @property
     def num_used(self) -> int:
-        return self.num_blocks - self.num_free_blocks
+        return self.num_gpu_blocks - self.num_free_blocks
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[self._check_id(block_id)]
@@ -286,8 +286,8 @@ class BlockPool:
     def _check_id(self, block_id: object) -> int:
         # TypeError if not an int
         b = block_id if type(block_id) is int else count_arg("block id", block_id, low=None)
-        if not 0 <= b < self.num_blocks:
-            raise BlockError(f"block {b} is out of range [0, {self.num_blocks})")
+        if not 0 <= b < self.num_gpu_blocks:
+            raise BlockError(f"block {b} is out of range [0, {self.num_gpu_blocks})")
         return b
 
     def _check_ids(self, given: Any) -> list[int]:
@@ -299,7 +299,7 @@ class BlockPool:
             return blocks
         if set(map(type, blocks)) != {int}:
             blocks = [self._check_id(b) for b in blocks]
-        elif min(blocks) < 0 or max(blocks) >= self.num_blocks:
+        elif min(blocks) < 0 or max(blocks) >= self.num_gpu_blocks:
             for b in blocks:
                 self._check_id(b)  # raises for the first one out of range
         ref = self._ref

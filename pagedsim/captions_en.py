@@ -10,7 +10,7 @@ EN = {
     "sep": ", ",
     "blocks": "blocks {list}",
     "blocks.one": "block {list}",
-    "pool": "a pool of {num_blocks} blocks x {block_size} tokens, all free",
+    "pool": "a pool of {num_gpu_blocks} blocks x {block_size} tokens, all free",
     "quiet": "nothing changed",
     "refused": (
         "seq {seq_id} {what} needs {needed} free block(s) but only {available} are free: "

@@ -4,14 +4,14 @@
 wait). `BlockError` and `SequenceError` are the caller's bugs (a double free, an unknown
 block or sequence). A wrong *type* is a `TypeError`, a value out of range a `ValueError`.
 Each is raised *before* any state changes. Size limits, so that a typo cannot exhaust
-memory or overflow int64: MAX_NUM_BLOCKS 2**22 blocks, MAX_BLOCK_SIZE 2**16 tokens,
+memory or overflow int64: MAX_NUM_GPU_BLOCKS 2**22 blocks, MAX_BLOCK_SIZE 2**16 tokens,
 MAX_TOKEN_ID 2**63 - 1 (token ids are int64).
 """
 
 import operator
 from typing import Any, SupportsIndex, cast
 
-MAX_NUM_BLOCKS = 1 << 22
+MAX_NUM_GPU_BLOCKS = 1 << 22
 MAX_BLOCK_SIZE = 1 << 16
 MAX_TOKEN_ID = (1 << 63) - 1
 

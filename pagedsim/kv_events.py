@@ -475,8 +475,8 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
     slot order (not vLLM's free queue)."""
     t = timeline(events)
     wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
-    num_blocks, block_size = max(t.num_slots, 1), t.block_size or 1  # the snapshot's pool
-    fill = [0] * num_blocks
+    num_gpu_blocks, block_size = max(t.num_slots, 1), t.block_size or 1  # the snapshot's pool
+    fill = [0] * num_gpu_blocks
     out, k = [], 0
     for want in wanted:
         for step in t.steps[k:want]:
@@ -486,7 +486,7 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
                 fill[t.records[r].slot] = len(t.records[r].token_ids)
         k = max(k, want)
         text = t.steps[want - 1].text if want else "an empty prefix cache"
-        out.append(_snapshot(want, text, fill, num_blocks, block_size))
+        out.append(_snapshot(want, text, fill, num_gpu_blocks, block_size))
     return out
 
 
@@ -501,7 +501,7 @@ def shown_frames(num_events: int, limit: int) -> list[int]:
 
 def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
     """`snap` cut to its first `max_blocks` slots, captioned with what was left out."""
-    n = snap.num_blocks
+    n = snap.num_gpu_blocks
     if n <= max_blocks:
         return snap
     cached = len(snap.cached_blocks)
@@ -509,25 +509,27 @@ def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
     return replace(
         snap,
         custom_caption=caption(snap) + note,
-        num_blocks=max_blocks,
+        num_gpu_blocks=max_blocks,
         ref_counts=snap.ref_counts[:max_blocks],
         block_fill=snap.block_fill[:max_blocks],
         cached_blocks=tuple(b for b in snap.cached_blocks if b < max_blocks),
     )
 
 
-def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, block_size: int) -> tr.Snapshot:
+def _snapshot(
+    k: int, text: str, fill: list[int], num_gpu_blocks: int, block_size: int
+) -> tr.Snapshot:
     return tr.Snapshot(
         step=k,
         custom_caption=text,
         events=(),
-        num_blocks=num_blocks,
+        num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
-        free_list=tuple(range(num_blocks)),  # no counts: every block drawn as ref 0
-        ref_counts=(0,) * num_blocks,
+        free_list=tuple(range(num_gpu_blocks)),  # no counts: every block drawn as ref 0
+        ref_counts=(0,) * num_gpu_blocks,
         block_fill=tuple(fill),
         sequences=(),
-        cached_blocks=tuple(b for b in range(num_blocks) if fill[b]),
+        cached_blocks=tuple(b for b in range(num_gpu_blocks) if fill[b]),
     )
 
 

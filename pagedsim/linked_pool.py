@@ -8,7 +8,7 @@ doubly linked list for that reason, and so is this one (the chapter's `next_free
     _prev[b]  the previous block on the free list (or the head sentinel)
     _next[b]  the next block on the free list (or the tail sentinel)
 
-The sentinels are ids `num_blocks` (head) and `num_blocks + 1` (tail). The prefix cache's
+The sentinels are ids `num_gpu_blocks` (head) and `num_gpu_blocks + 1` (tail). The prefix cache's
 pool (policies/cache_pool.py) is built on this one.
 
 Invariants (checked by `check_invariants`, on top of the pool's own):
@@ -29,14 +29,14 @@ class LinkedBlockPool(BlockPool):
     __slots__ = ("_prev", "_next", "_head", "_tail")
 
     def _make_free_list(self) -> None:
-        num_blocks = self.num_blocks
-        head, tail = num_blocks, num_blocks + 1
+        num_gpu_blocks = self.num_gpu_blocks
+        head, tail = num_gpu_blocks, num_gpu_blocks + 1
         self._head, self._tail = head, tail  # sentinel node ids
         # Initial list: head -> 0 -> 1 -> ... -> n-1 -> tail.
-        self._next = list(range(1, num_blocks + 1)) + [0, tail]  # [num_blocks + 2]
-        self._next[num_blocks - 1] = tail
-        self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
-        self._prev[tail] = num_blocks - 1
+        self._next = list(range(1, num_gpu_blocks + 1)) + [0, tail]  # [num_gpu_blocks + 2]
+        self._next[num_gpu_blocks - 1] = tail
+        self._prev = [head] + list(range(num_gpu_blocks - 1)) + [head, num_gpu_blocks - 1]
+        self._prev[tail] = num_gpu_blocks - 1
 
     def head(self) -> int | None:
         b = self._next[self._head]
@@ -108,11 +108,11 @@ class LinkedBlockPool(BlockPool):
             node = n
             if node == self._tail:
                 break
-            assert 0 <= node < self.num_blocks, f"free list reaches invalid node {node}"
+            assert 0 <= node < self.num_gpu_blocks, f"free list reaches invalid node {node}"
             assert node not in seen, f"free list has a cycle through block {node}"
             seen.add(node)
             out.append(node)
-            assert len(out) <= self.num_blocks, "free list is longer than the pool"
+            assert len(out) <= self.num_gpu_blocks, "free list is longer than the pool"
         assert len(out) == self.num_free_blocks, (
             f"free list walk has {len(out)} blocks but num_free_blocks is {self.num_free_blocks}"
         )

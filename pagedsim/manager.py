@@ -59,7 +59,7 @@ class KVCacheManager:
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         free_order: str = "lifo",
@@ -70,15 +70,15 @@ class KVCacheManager:
         bool_arg("trace", trace)
         bool_arg("snapshots", snapshots)
         if pool is None:
-            pool = BlockPool(num_blocks, block_size, free_order)
+            pool = BlockPool(num_gpu_blocks, block_size, free_order)
         elif not isinstance(pool, BlockPool):
             raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
-        elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
+        elif (pool.num_gpu_blocks, pool.block_size) != (num_gpu_blocks, block_size):
             raise ValueError(
-                f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
-                f"not {num_blocks!r} x {block_size!r}"
+                f"pool has {pool.num_gpu_blocks} blocks x {pool.block_size} tokens, "
+                f"not {num_gpu_blocks!r} x {block_size!r}"
             )
-        elif pool.num_free_blocks != pool.num_blocks:
+        elif pool.num_free_blocks != pool.num_gpu_blocks:
             raise ValueError("pool must start with every block free")
         self.pool = pool
         self.block_size = pool.block_size
@@ -102,8 +102,8 @@ class KVCacheManager:
 
     # ---- queries -------------------------------------------------------------
     @property
-    def num_blocks(self) -> int:
-        return self.pool.num_blocks
+    def num_gpu_blocks(self) -> int:
+        return self.pool.num_gpu_blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -444,11 +444,13 @@ class KVCacheManager:
             step=self.step,
             custom_caption=caption,
             events=events,
-            num_blocks=self.num_blocks,
+            num_gpu_blocks=self.num_gpu_blocks,
             block_size=self.block_size,
             free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
-            block_fill=tuple(block_fill(self._tables.values(), self.num_blocks, self.block_size)),
+            block_fill=tuple(
+                block_fill(self._tables.values(), self.num_gpu_blocks, self.block_size)
+            ),
             sequences=tuple(
                 tr.SeqState(s, tuple(t.blocks), t.num_tokens) for s, t in self._tables.items()
             ),
@@ -518,7 +520,7 @@ class KVCacheManager:
             protect = {protect}
         blocks, available = plan(), self.pool.num_free_blocks
         # more than the whole pool never fits: nobody is preempted for it (as v1)
-        while self.pool.num_blocks >= blocks > available and self.reclaimer is not None:
+        while self.pool.num_gpu_blocks >= blocks > available and self.reclaimer is not None:
             self.reclaimer(self, blocks - available, set(protect))
             if self.pool.num_free_blocks <= available:  # nothing freed: give up
                 break

@@ -27,7 +27,7 @@ def make_scheduler(
     requests: Any, manager: Any, *args: Any, mode: str = "v0", **kwargs: Any
 ) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own
-    (SchedulerV0: policy, max_num_seqs, host_blocks, the fields of V0Settings -- victim,
+    (SchedulerV0: policy, max_num_seqs, num_cpu_blocks, the fields of V0Settings -- victim,
     watermark ... -- tokens, record; SchedulerV1: the fields of SchedulerConfig
     and CacheConfig -- max_num_batched_tokens, max_num_seqs, policy, enable_prefix_caching
     ... -- tokens, output_tokens, priorities, arrival_times, record ...)."""
@@ -48,14 +48,14 @@ def _v0(
     manager: Any,
     policy: str | RecomputePolicy | None = "recompute",
     *,
-    host_blocks: int = 0,
+    num_cpu_blocks: int = 0,
     tokens: Any = None,
     record: bool = True,
     max_num_seqs: int = V0_SCHEDULER_CONFIG.max_num_seqs,
     **kwargs: Any,
 ) -> SchedulerV0:
     """SchedulerV0 from keywords: `policy` (a name: preemption_mode, or a policy object),
-    max_num_seqs and host_blocks (num_cpu_blocks) become the configs, V0Settings' fields
+    max_num_seqs and num_cpu_blocks become the configs, V0Settings' fields
     the settings."""
     unknown = sorted(set(kwargs) - set(V0Settings._fields))
     if unknown:
@@ -65,7 +65,7 @@ def _v0(
     scheduler_config = dataclasses.replace(
         V0_SCHEDULER_CONFIG, preemption_mode=mode, max_num_seqs=max_num_seqs
     )
-    cache_config = CacheConfig(num_cpu_blocks=host_blocks)
+    cache_config = CacheConfig(num_cpu_blocks=num_cpu_blocks)
     return SchedulerV0(
         requests,
         manager,

@@ -98,8 +98,8 @@ class SeqGroupPolicy(SwapPolicy):
 
     name = "recompute"  # the policy pagedsim's --preemption-mode "recompute" means in v0
 
-    def __init__(self, host_blocks: int, block_bytes: int = 1, *, swap_single: bool = False):
-        super().__init__(host_blocks, block_bytes)
+    def __init__(self, num_cpu_blocks: int, block_bytes: int = 1, *, swap_single: bool = False):
+        super().__init__(num_cpu_blocks, block_bytes)
         self.swap_single = swap_single
 
     def preempt(self, manager: KVCacheManager, group: Group) -> str:
@@ -163,13 +163,13 @@ class SchedulerV0(WorkloadScheduler):
         self.max_stalled_steps = max_stalled_steps
         self.manager = manager
         if policy is None:
-            host_blocks = cache_config.num_cpu_blocks or 0
-            policy = make_policy(scheduler_config.preemption_mode, host_blocks=host_blocks)
+            num_cpu_blocks = cache_config.num_cpu_blocks or 0
+            policy = make_policy(scheduler_config.preemption_mode, num_cpu_blocks=num_cpu_blocks)
         self.policy = policy
         self.victim = victim  # which running group is preempted first
         self.max_num_seqs = scheduler_config.max_num_seqs  # cap on running sequences
         self.beam_reshuffle = beam_reshuffle
-        self.watermark = int(watermark * manager.num_blocks)  # blocks admission leaves free
+        self.watermark = int(watermark * manager.num_gpu_blocks)  # blocks admission leaves free
         self.record = record
         self.seed = seed
         self.rng = np.random.default_rng(seed)
@@ -230,10 +230,10 @@ class SchedulerV0(WorkloadScheduler):
                 f"{name} has {r.num_seqs} sequences; max_num_seqs "
                 f"{self.max_num_seqs} can never admit it"
             )
-        if worst > self.manager.num_blocks:
+        if worst > self.manager.num_gpu_blocks:
             raise ValueError(
                 f"{name} ({r.num_seqs} x {r.total_len} tokens) needs up to "
-                f"{worst} blocks, more than the pool's {self.manager.num_blocks}"
+                f"{worst} blocks, more than the pool's {self.manager.num_gpu_blocks}"
             )
 
     # ---- serving a model (v0's LLMEngine.add_request) --------------------------------

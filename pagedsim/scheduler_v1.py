@@ -236,7 +236,7 @@ class SchedulerV1(WorkloadScheduler):
         SlidingWindowSpec.max_memory_usage_bytes, lookahead included) exceed the pool."""
         if r.total_len > self.max_model_len:
             raise ValueError(f"{too_long} {self.max_model_len}")
-        ahead, nb = self.num_lookahead_tokens, self.manager.num_blocks
+        ahead, nb = self.num_lookahead_tokens, self.manager.num_gpu_blocks
         chunk = self._chunk(r.total_len, self.max_num_batched_tokens)
         peak = self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
         if peak > nb:

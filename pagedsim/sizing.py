@@ -10,9 +10,9 @@ with grouped-query attention only the KV heads count (Llama-3-8B's blocks are 4x
 a model whose layers all use full attention (one KV cache group):
 
     page_size_bytes = 2 * block_size * num_kv_heads * head_dim * dtype_bytes   (one layer)
-    num_blocks      = available_bytes // page_size_bytes // num_layers          (get_num_blocks)
-    num_tokens      = num_blocks * block_size             "GPU KV cache size: N tokens"
-    max_concurrency = num_blocks / ceil(max_model_len / block_size)
+    num_gpu_blocks  = available_bytes // page_size_bytes // num_layers    (get_num_blocks)
+    num_tokens      = num_gpu_blocks * block_size         "GPU KV cache size: N tokens"
+    max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size)
 
 Multi-head latent attention (MLA: DeepSeek-V2/V3) caches, per token and layer, one latent
 of kv_lora_rank + qk_rope_head_dim values (`ModelSpec.latent_dim`) instead of per-head K
@@ -120,7 +120,7 @@ def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
 class BlockFit:
     """The result of carving a budget into aligned blocks."""
 
-    num_blocks: int  # blocks that fit
+    num_gpu_blocks: int  # blocks that fit
     block_bytes: int  # payload bytes of one block
     stride_bytes: int  # distance between block starts: block_bytes rounded up
     padding_bytes: int  # total bytes lost to rounding, over all fitted blocks
@@ -128,7 +128,7 @@ class BlockFit:
 
     @property
     def padding_fraction(self) -> float:
-        used = self.num_blocks * self.stride_bytes
+        used = self.num_gpu_blocks * self.stride_bytes
         return self.padding_bytes / used if used else 0.0
 
 
@@ -142,7 +142,7 @@ def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) 
     pad = padding_to(block_bytes, alignment)  # per block
     n = budget_bytes // (block_bytes + pad)
     return BlockFit(
-        num_blocks=n,
+        num_gpu_blocks=n,
         block_bytes=block_bytes,
         stride_bytes=block_bytes + pad,
         padding_bytes=n * pad,
@@ -157,10 +157,10 @@ class KVCapacity:
     bytes_per_token: int  # K and V of one token over all layers
     page_size_bytes: int  # one block of one layer: vLLM's KVCacheSpec.page_size_bytes
     bytes_per_block: int  # one block over all layers
-    num_blocks: int  # blocks that fit in the available bytes
-    num_tokens: int  # num_blocks * block_size: "GPU KV cache size: N tokens"
+    num_gpu_blocks: int  # blocks that fit in the available bytes
+    num_tokens: int  # num_gpu_blocks * block_size: "GPU KV cache size: N tokens"
     blocks_per_request: int  # blocks one request of max_model_len tokens needs
-    max_concurrency: float  # num_blocks / blocks_per_request: "Maximum concurrency ...: Y.YYx"
+    max_concurrency: float  # num_gpu_blocks / blocks_per_request: "Maximum concurrency ...: Y.YYx"
 
 
 def kv_capacity(
@@ -173,14 +173,14 @@ def kv_capacity(
     available_bytes = count_arg("available_bytes", available_bytes)
     max_model_len = count_arg("max_model_len", max_model_len, 1)
     page = block_size * spec.values_per_layer() * spec.dtype_bytes
-    num_blocks = available_bytes // page // spec.num_layers
+    num_gpu_blocks = available_bytes // page // spec.num_layers
     per_request = -(-max_model_len // block_size)
     return KVCapacity(
         bytes_per_token=spec.bytes_per_token(),
         page_size_bytes=page,
         bytes_per_block=page * spec.num_layers,
-        num_blocks=num_blocks,
-        num_tokens=num_blocks * block_size,
+        num_gpu_blocks=num_gpu_blocks,
+        num_tokens=num_gpu_blocks * block_size,
         blocks_per_request=per_request,
-        max_concurrency=num_blocks / per_request,
+        max_concurrency=num_gpu_blocks / per_request,
     )

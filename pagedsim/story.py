@@ -68,11 +68,11 @@ class Story:
 
 @dataclass(frozen=True)
 class PoolCreated(Story):
-    num_blocks: int
+    num_gpu_blocks: int
     block_size: int
 
     def words(self, book: Phrasebook) -> str:
-        return book.say("pool", num_blocks=self.num_blocks, block_size=self.block_size)
+        return book.say("pool", num_gpu_blocks=self.num_gpu_blocks, block_size=self.block_size)
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ def story_of(snapshot: tr.Snapshot) -> Story:
     if snapshot.custom_caption is not None:
         return Custom(snapshot.custom_caption)
     if snapshot.step == 0 and not snapshot.events:
-        return PoolCreated(snapshot.num_blocks, snapshot.block_size)
+        return PoolCreated(snapshot.num_gpu_blocks, snapshot.block_size)
     return tell(snapshot.events)
 
 

@@ -92,7 +92,7 @@ class AllocationFailed(Event):
 
 @dataclass(frozen=True)
 class PrefixCacheReset(Event):
-    num_blocks: int  # cached free blocks forgotten (v1: reset_prefix_cache)
+    num_forgotten: int  # cached free blocks forgotten (v1: reset_prefix_cache)
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,11 @@ class Snapshot:
     step: int
     custom_caption: str | None  # a caller's own words for the step; None: told from the events
     events: tuple[Event, ...]  # the events of this step
-    num_blocks: int
+    num_gpu_blocks: int
     block_size: int
     free_list: tuple[int, ...]  # head first, in allocate() order
-    ref_counts: tuple[int, ...]  # [num_blocks]
-    block_fill: tuple[int, ...]  # [num_blocks] tokens held by each block (0 if free)
+    ref_counts: tuple[int, ...]  # [num_gpu_blocks]
+    block_fill: tuple[int, ...]  # [num_gpu_blocks] tokens held by each block (0 if free)
     sequences: tuple[SeqState, ...]  # SeqState for every live sequence, in admission order
     pending_copies: tuple[tuple[int, int], ...] = ()  # (src, dst) pairs not yet drained
     cached_blocks: tuple[int, ...] = ()  # free blocks that still hold reusable contents

@@ -9,9 +9,9 @@ from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable
 
 
-def block_fill(tables: Iterable[BlockTable], num_blocks: int, block_size: int) -> list[int]:
+def block_fill(tables: Iterable[BlockTable], num_gpu_blocks: int, block_size: int) -> list[int]:
     """Tokens held by each physical block (0 if free): the fullest owner's view of it."""
-    fill = [0] * num_blocks
+    fill = [0] * num_gpu_blocks
     for t in tables:
         for i, b in enumerate(t.blocks):
             if b != NULL_BLOCK:
@@ -21,7 +21,7 @@ def block_fill(tables: Iterable[BlockTable], num_blocks: int, block_size: int) -
 
 @dataclass(frozen=True)
 class Usage:
-    num_blocks: int
+    num_gpu_blocks: int
     blocks_used: int
     blocks_free: int
     tokens_stored: int  # physical token slots holding data (a shared prefix counts once)
@@ -32,9 +32,9 @@ class Usage:
     def of(cls, tables: Iterable[BlockTable], pool: BlockPool) -> Usage:
         """The usage of a pool whose blocks the given tables hold."""
         tables = list(tables)
-        stored = sum(block_fill(tables, pool.num_blocks, pool.block_size))
+        stored = sum(block_fill(tables, pool.num_gpu_blocks, pool.block_size))
         return cls(
-            pool.num_blocks,
+            pool.num_gpu_blocks,
             pool.num_used,
             pool.num_free_blocks,
             stored,

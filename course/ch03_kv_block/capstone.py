@@ -99,19 +99,23 @@ class YourPool(BlockPool):
 
     __slots__ = ("mine", "path")
 
-    def __init__(self, free_list_module, num_blocks: int, block_size: int, path=None):
+    def __init__(self, free_list_module, num_gpu_blocks: int, block_size: int, path=None):
         # BlockPool's own lists are never made: every method that would read them is replaced
-        self.num_blocks, self.block_size, self.free_order = num_blocks, block_size, "lifo"
+        self.num_gpu_blocks, self.block_size, self.free_order = num_gpu_blocks, block_size, "lifo"
         self.path = path
         self.mine = call(
-            "3.4a", "FreeListPool(num_blocks)", path, free_list_module.FreeListPool, num_blocks
+            "3.4a",
+            "FreeListPool(num_gpu_blocks)",
+            path,
+            free_list_module.FreeListPool,
+            num_gpu_blocks,
         )
         free = self.free_list()
-        if self.num_free_blocks != num_blocks or free != list(range(num_blocks)):
+        if self.num_free_blocks != num_gpu_blocks or free != list(range(num_gpu_blocks)):
             raise YourCodeFailed(
-                f"your 3.4a FreeListPool({num_blocks}) starts with num_free "
-                f"{self.num_free_blocks} and free list {free}: expected {num_blocks} and "
-                f"[0, 1, ..., {num_blocks - 1}] (check _push)"
+                f"your 3.4a FreeListPool({num_gpu_blocks}) starts with num_free "
+                f"{self.num_free_blocks} and free list {free}: expected {num_gpu_blocks} and "
+                f"[0, 1, ..., {num_gpu_blocks - 1}] (check _push)"
             )
 
     def _call(self, method: str, *args):
@@ -190,10 +194,12 @@ class WorkspaceManager(KVCacheManager):
     """The engine's block manager with your pool inside, and your fork, slot_for_append and
     free_table where its own sharing code would run (see the module docstring)."""
 
-    def __init__(self, num_blocks: int, block_size: int, code: Workspace, *, trace: bool = True):
+    def __init__(
+        self, num_gpu_blocks: int, block_size: int, code: Workspace, *, trace: bool = True
+    ):
         self.code = code
-        pool = YourPool(code.free_list, num_blocks, block_size, code.paths.get("3.4a"))
-        super().__init__(num_blocks, block_size, trace=trace, pool=pool)
+        pool = YourPool(code.free_list, num_gpu_blocks, block_size, code.paths.get("3.4a"))
+        super().__init__(num_gpu_blocks, block_size, trace=trace, pool=pool)
 
     def _b(self, method: str, *args):
         return call(
@@ -341,8 +347,8 @@ class Workspace:
         call("3.4b", "fork", path, self.cow.fork, probe, list(table))
         call("3.4b", "free_table", path, self.cow.free_table, probe, table)
 
-    def manager(self, num_blocks: int, block_size: int) -> WorkspaceManager:
-        return WorkspaceManager(num_blocks, block_size, self)
+    def manager(self, num_gpu_blocks: int, block_size: int) -> WorkspaceManager:
+        return WorkspaceManager(num_gpu_blocks, block_size, self)
 
 
 def load_module(exercise: str, path: Path):
@@ -381,7 +387,7 @@ def find_workspace() -> Workspace:
 
 
 def workspace_pool():
-    """`pagedsim generate --pool workspace`: the factory (num_blocks, block_size) -> manager,
+    """`pagedsim generate --pool workspace`: the factory (num_gpu_blocks, block_size) -> manager,
     after checking that neither file is still the stub."""
     code = find_workspace()
     code.preflight()

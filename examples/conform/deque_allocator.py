@@ -21,10 +21,10 @@ class Block:
 
 
 class DequeBlockManager:
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_gpu_blocks: int, block_size: int):
         self.block_size = block_size
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_block_ids = deque(range(num_blocks))
+        self.blocks = [Block(i) for i in range(num_gpu_blocks)]
+        self.free_block_ids = deque(range(num_gpu_blocks))
         self.tables: dict[int, list[int]] = {}  # seq id -> physical block ids
         self.lengths: dict[int, int] = {}  # seq id -> tokens stored
         self.copies: list[tuple[int, int]] = []  # copy-on-write pairs not yet drained

@@ -21,9 +21,9 @@ class Sequence:
 class BlockAllocator:
     """Free block ids as a stack (LIFO), with a reference count per block."""
 
-    def __init__(self, num_blocks: int):
-        self.free_blocks = list(range(num_blocks - 1, -1, -1))
-        self.ref_counts = [0] * num_blocks
+    def __init__(self, num_gpu_blocks: int):
+        self.free_blocks = list(range(num_gpu_blocks - 1, -1, -1))
+        self.ref_counts = [0] * num_gpu_blocks
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_blocks)
@@ -95,8 +95,8 @@ class BlockSpaceManager:
 class VllmStyleAdapter:
     """The kit's names -> vLLM's names. Running out of blocks becomes MemoryError."""
 
-    def __init__(self, num_blocks: int, block_size: int):
-        self.manager = BlockSpaceManager(block_size, num_blocks)
+    def __init__(self, num_gpu_blocks: int, block_size: int):
+        self.manager = BlockSpaceManager(block_size, num_gpu_blocks)
         self.seqs: dict[int, Sequence] = {}
 
     def add_sequence(self, seq_id, num_tokens):
@@ -135,5 +135,5 @@ class VllmStyleAdapter:
         return pending
 
 
-def make_adapter(num_blocks: int, block_size: int) -> VllmStyleAdapter:
-    return VllmStyleAdapter(num_blocks, block_size)
+def make_adapter(num_gpu_blocks: int, block_size: int) -> VllmStyleAdapter:
+    return VllmStyleAdapter(num_gpu_blocks, block_size)

@@ -12,14 +12,14 @@ kv_capacity`, after vllm/v1/core/kv_cache_utils.py):
     available       = gpu_memory * gpu_memory_utilization - weights - other
                       (or --kv-cache-memory-bytes)
     page_size_bytes = 2 * block_size * num_kv_heads * head_dim * kv_dtype_bytes (one layer)
-    num_blocks      = available // page_size_bytes // num_layers
-    num_tokens      = num_blocks * block_size
-    concurrency     = num_blocks / ceil(max_model_len / block_size)
+    num_gpu_blocks  = available // page_size_bytes // num_layers
+    num_tokens      = num_gpu_blocks * block_size
+    concurrency     = num_gpu_blocks / ceil(max_model_len / block_size)
 
 A multi-head latent attention model (DeepSeek-V2/V3: kv_lora_rank in its config) caches one
 latent of kv_lora_rank + qk_rope_head_dim values per token and layer, paged as one KV head
 with no V (vLLM's MLAAttentionSpec) and held whole by every tensor-parallel GPU. Block 0 is
-vLLM v1's null block, so vLLM (and this command) refuses to start unless num_blocks - 1
+vLLM v1's null block, so vLLM (and this command) refuses to start unless num_gpu_blocks - 1
 blocks hold one request of max_model_len tokens.
 
 The flags are vLLM's engine arguments: --dtype is the model's (auto: the checkpoint's
@@ -235,9 +235,9 @@ def read_config(raw: object, source: str) -> Config:
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
     if not isinstance(dtype, str) or dtype not in TORCH_DTYPES:
         raise ValueError(f"{source}: torch_dtype {dtype!r} is not one of {sorted(TORCH_DTYPES)}")
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
-    if window is not None:
-        window = _field(cfg, "sliding_window", source)
+    sliding_window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if sliding_window is not None:
+        sliding_window = _field(cfg, "sliding_window", source)
     max_pos = cfg.get("max_position_embeddings")
     if max_pos is not None:
         max_pos = _field(cfg, "max_position_embeddings", source)
@@ -252,7 +252,7 @@ def read_config(raw: object, source: str) -> Config:
         head_dim=head_dim,
         **mla_dims(cfg, heads, source),
         dtype=TORCH_DTYPES[dtype],
-        sliding_window=window,
+        sliding_window=sliding_window,
         max_position_embeddings=max_pos,
         params=params,
         params_unknown=unknown,
@@ -443,13 +443,13 @@ def plan(args: argparse.Namespace) -> Config:
     layers, latent = model["num_layers"], model["latent_dim"]
     spec = ModelSpec(name, layers, kv_per_gpu, model["head_dim"], kv_bytes, latent_dim=latent)
     cap = kv_capacity(spec, args.block_size, available, max_len)
-    usable = max(cap.num_blocks - 1, 0)  # vLLM v1's block pool keeps block 0 as the null block
+    usable = max(cap.num_gpu_blocks - 1, 0)  # vLLM v1's block pool keeps block 0 as the null block
     if usable < cap.blocks_per_request:
         need = cap.blocks_per_request + 1
         raise ValueError(
             f"to serve one request of max_model_len {max_len:,} tokens, {need:,} blocks "
             f"({need * cap.bytes_per_block:,} B, the null block included) are needed, but only "
-            f"{cap.num_blocks:,} fit in {available:,} B of KV cache; vLLM refuses to start: "
+            f"{cap.num_gpu_blocks:,} fit in {available:,} B of KV cache; vLLM refuses to start: "
             f"raise the memory or pass --max-model-len {usable * args.block_size:,} or less"
         )
     out.update(kv_cache_memory_bytes=available, usable_blocks=usable, **vars(cap))
@@ -495,7 +495,7 @@ def report(r: Config) -> str:
         )
     kv = r["kv_cache_memory_bytes"]
     lines += [
-        f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_blocks']:,} blocks of "
+        f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_gpu_blocks']:,} blocks of "
         f"{r['block_size']} tokens, one of them vLLM's null block "
         f"({r['usable_blocks']:,} usable)",
         f"GPU KV cache size: {r['num_tokens']:,} tokens",

@@ -9,7 +9,8 @@
 The commands are `help_text()`; lines starting with # are comments. After each command the
 pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
 is explained in one line and changes nothing; a pool that runs dry is a step of its own.
-Options pick the manager: `--enable-prefix-caching` (v1), `--window N`, `--hybrid N`,
+Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N` (with `--hybrid`:
+two KV cache groups),
 `--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
 does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
@@ -219,17 +220,15 @@ def _pool_arguments(p: ArgParser) -> None:
         help="share full prompt blocks (equal WORDs); off unless given",
     )
     p.add_argument(
-        "--window",
-        dest="sliding_window",
+        "--sliding-window",
         type=int_in(1, 1 << 20),
         metavar="N",
         help="sliding-window attention over N tokens",
     )
     p.add_argument(
         "--hybrid",
-        type=int_in(1, 1 << 20),
-        metavar="N",
-        help="two KV cache groups (vLLM v1): full attention + a window of N tokens",
+        action="store_true",
+        help="two KV cache groups (vLLM v1): full attention + the --sliding-window N group",
     )
     p.add_argument(
         "--preemption-mode",
@@ -255,19 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     return _play(args, p, width, lang)
 
 
+def options(args: argparse.Namespace) -> Options:
+    """The pool the flags ask for, each under the name it keeps down to the pool."""
+    return Options(
+        num_gpu_blocks=args.num_gpu_blocks_override,
+        block_size=args.block_size,
+        enable_prefix_caching=args.enable_prefix_caching,
+        sliding_window=args.sliding_window,
+        preemption_mode=args.preemption_mode,
+        hybrid=args.hybrid,
+    )
+
+
 def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
     """A new session, played from the script or typed (stdin), then drawn and saved."""
     try:
-        session = Session(
-            Options(
-                args.num_gpu_blocks_override,
-                args.block_size,
-                args.enable_prefix_caching,
-                args.sliding_window,
-                args.preemption_mode,
-                args.hybrid,
-            )
-        )
+        session = Session(options(args))
     except Refused as e:
         p.error(str(e))
     # a script written to a page prints captions only: the page shows the pool

@@ -99,10 +99,10 @@ class Options:
     num_gpu_blocks: int = 12  # --num-gpu-blocks-override
     block_size: int = 4
     enable_prefix_caching: bool = False
-    sliding_window: int | None = None  # --window, in tokens (None: full attention)
+    sliding_window: int | None = None  # --sliding-window, in tokens (None: full attention)
     # what a short pool does: none (the step fails), recompute, swap
     preemption_mode: str = "none"
-    hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
+    hybrid: bool = False  # two KV cache groups: full attention + the sliding_window group
 
     def manager(self) -> KVCacheManager | HybridManager:
         if self.preemption_mode not in POLICIES:
@@ -110,10 +110,12 @@ class Options:
                 f"--preemption-mode must be one of {', '.join(POLICIES)}, "
                 f"got {self.preemption_mode!r}"
             )
-        if self.enable_prefix_caching and self.sliding_window:
-            raise Refused("choose --enable-prefix-caching or --window, not both")
-        if self.hybrid is not None:
+        if type(self.hybrid) is not bool:  # an old Options(hybrid=N): N is now sliding_window
+            raise Refused(f"hybrid must be True or False, got {self.hybrid!r}")
+        if self.hybrid:
             return self._hybrid()
+        if self.enable_prefix_caching and self.sliding_window:
+            raise Refused("choose --enable-prefix-caching or --sliding-window, not both")
         if self.enable_prefix_caching:
             return PrefixCachingManager(self.num_gpu_blocks, self.block_size)
         if self.sliding_window:
@@ -126,14 +128,15 @@ class Options:
 
     def _hybrid(self) -> HybridManager:
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
-        if self.enable_prefix_caching or self.sliding_window or self.preemption_mode != "none":
+        if self.enable_prefix_caching or self.preemption_mode != "none":
             raise Refused(
-                "--hybrid already caches prefixes and windows its second group; it "
-                "takes no --enable-prefix-caching, --window or --preemption-mode"
+                "--hybrid already caches prefixes; it takes no --enable-prefix-caching "
+                "or --preemption-mode"
             )
-        if type(self.hybrid) is not int or self.hybrid < 1:
-            raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
-        return HybridManager(self.num_gpu_blocks, self.block_size, sliding_window=self.hybrid)
+        window = self.sliding_window
+        if type(window) is not int or window < 1:
+            raise Refused(f"--hybrid needs --sliding-window N (tokens >= 1), got {window!r}")
+        return HybridManager(self.num_gpu_blocks, self.block_size, sliding_window=window)
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
@@ -329,12 +332,12 @@ class Session:
         return notes
 
     def _dry_note(self, e: OutOfBlocks) -> Note:
-        if e.needed > self.manager.num_blocks:  # refused at admission: nobody was preempted
+        if e.needed > self.manager.num_gpu_blocks:  # refused at admission: nobody was preempted
             return Note(
                 "it needs {n} blocks, more than the whole pool of {m}: it can never "
                 "fit, so nothing was preempted for it",
                 n=e.needed,
-                m=self.manager.num_blocks,
+                m=self.manager.num_gpu_blocks,
             )
         if self.options.preemption_mode != "none":
             return Note("the pool ran dry even after preempting")

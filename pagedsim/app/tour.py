@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..io.args import ArgParser
     from ..view import PageOptions
 
-NUM_BLOCKS, BLOCK_SIZE = 12, 4
+NUM_GPU_BLOCKS, BLOCK_SIZE = 12, 4
 
 # (why, op): each step of the tour, what the chapter says about it and the call it makes
 SCRIPT: list[tuple[str, Callable[[KVCacheManager], object]]] = [
@@ -105,7 +105,7 @@ def _whys(lang: str) -> tuple[str, list[str], str]:
 
 def tour_manager(steps: int | None = None) -> KVCacheManager:
     """Run the tour's script (all of it, or the first `steps` steps) and return the manager."""
-    m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, free_order="lifo")
+    m = KVCacheManager(NUM_GPU_BLOCKS, BLOCK_SIZE, free_order="lifo")
     for _, op in SCRIPT[:steps]:
         try:
             op(m)
@@ -129,7 +129,7 @@ def format_snapshot(
     def say(template: str, **kw: object) -> str:
         return t(template, lang, tour_zh.VIEW_ZH, **kw)
 
-    owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
+    owners: dict[int, list[str]] = {b: [] for b in range(s.num_gpu_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
             if b >= 0:
@@ -169,9 +169,9 @@ def format_snapshot(
             free=len(s.free_list),
         )
     )
-    for start in range(0, s.num_blocks, per_row):
+    for start in range(0, s.num_gpu_blocks, per_row):
         cells = []
-        for b in range(start, min(start + per_row, s.num_blocks)):
+        for b in range(start, min(start + per_row, s.num_gpu_blocks)):
             if s.ref_counts[b] == 0:
                 cell = f"#{b:<2} {say('free')}"
             else:
@@ -266,7 +266,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
         say(
             "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
             "as in the chapter)",
-            n=NUM_BLOCKS,
+            n=NUM_GPU_BLOCKS,
             b=BLOCK_SIZE,
         )
         + "\n"

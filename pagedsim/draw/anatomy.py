@@ -222,8 +222,8 @@ def _alignment_texts(size: int, stride: int, slide: bool) -> tuple[str, str, str
     )
     chapter_block = preset("chapter3").bytes_per_block(16)
     note = (
-        f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
-        f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's "
+        f"In a {budget // 1024} KiB budget: packed {packed.num_gpu_blocks} blocks, aligned "
+        f"{aligned.num_gpu_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's "
         f"8 MiB block ({chapter_block:,} B) is already a multiple of {ALIGNMENT}: "
         f"padding {align_up(chapter_block) - chapter_block} B."
     )

@@ -58,7 +58,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     m = scattered_manager()
     snap = m.snapshot()
     colours = style.seq_colours([snap])
-    n = snap.num_blocks
+    n = snap.num_gpu_blocks
     # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
     # for the title and the subtitle wrapped to the slide's width
     slide = style.slides()
@@ -91,7 +91,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
 def _logical_row(ax, snap, seq, at, colour):
     """One sequence's logical blocks side by side at height `at[0]`, each with its fill and
     an arrow to its physical block: above the strip (`at[1]` = 1) or below it (-1)."""
-    (y, side), n, size = at, snap.num_blocks, snap.block_size
+    (y, side), n, size = at, snap.num_gpu_blocks, snap.block_size
     x0 = (n - len(seq.blocks)) / 2
     for i, b in enumerate(seq.blocks):
         last = min(size, seq.num_tokens - i * size)
@@ -141,7 +141,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     # column heads keep one line (what they hold is said by the boxes themselves)
     slide = style.slides()
     y0 = 2.85 if slide else 2.7
-    top = snap.num_blocks * 0.8 + y0 - 0.3
+    top = snap.num_gpu_blocks * 0.8 + y0 - 0.3
     size = style.SLIDE_BODY_IN if slide else FLOW_SIZE
     fig, ax = style.canvas(size, (0, 17.5), (top + 1.2, -0.2))
     title = ("3.6  The core flow" if slide else "3.6  The core flow, from a real trace") + (
@@ -185,7 +185,7 @@ def _free_pool(ax, pool, y0, before):
 def _physical_column(ax, snap, y0, new, colours):
     """3.6's middle column: every physical block with its owners and count; the arrow of
     allocate() from the pool to block `new`."""
-    for b in range(snap.num_blocks):
+    for b in range(snap.num_gpu_blocks):
         owners = snap.owners(b)
         colour = style.colour_of(owners[0], colours) if owners else palette.FREE
         label = f"{b}: " + (

@@ -49,7 +49,7 @@ ROW = 0.82  # distance between block-table rows
 class Layout:
     """Geometry that depends only on sizes, so every frame of a trace lines up."""
 
-    num_blocks: int
+    num_gpu_blocks: int
     cols: int  # blocks per grid row
     table_rows: int  # sequence rows reserved
     table_cells: int  # logical slots reserved per row
@@ -59,18 +59,18 @@ class Layout:
 
     @property
     def rows(self) -> int:
-        return math.ceil(self.num_blocks / self.cols)
+        return math.ceil(self.num_gpu_blocks / self.cols)
 
     @property
     def unit(self) -> float:  # inches per layout unit: a little smaller for big pools
-        return (0.5 if self.num_blocks <= 32 else 0.4) * style.look().scale
+        return (0.5 if self.num_gpu_blocks <= 32 else 0.4) * style.look().scale
 
     @classmethod
     def for_snapshots(cls, snapshots) -> "Layout":
         snapshots = list(snapshots)
         if not snapshots:
             raise ValueError("snapshots must not be empty")
-        n = snapshots[0].num_blocks
+        n = snapshots[0].num_gpu_blocks
         cols = n if n <= 8 else 6 if n <= 12 else 8 if n <= 32 else 16
         seqs = max(len(s.sequences) for s in snapshots)
         cells = max((len(q.blocks) for s in snapshots for q in s.sequences), default=0)
@@ -174,9 +174,9 @@ def render(
     leaves the legend band empty (a strip of frames draws one legend, not one per frame).
     """
     layout = layout or Layout.for_snapshots([snapshot])
-    if layout.num_blocks != snapshot.num_blocks:
+    if layout.num_gpu_blocks != snapshot.num_gpu_blocks:
         raise ValueError(
-            f"layout is for {layout.num_blocks} blocks, snapshot has {snapshot.num_blocks}"
+            f"layout is for {layout.num_gpu_blocks} blocks, snapshot has {snapshot.num_gpu_blocks}"
         )
     colours = colours if colours is not None else style.seq_colours([snapshot])
     if ax is None:
@@ -342,12 +342,12 @@ def _gone_row(ax, y, seq_id, back, colours, label_w):
 
 def _blocks(ax, snap, layout, colours):
     """The physical pool: every block, then this step's orange frames and copy arrows."""
-    owners: dict[int, list[object]] = {b: [] for b in range(snap.num_blocks)}
+    owners: dict[int, list[object]] = {b: [] for b in range(snap.num_gpu_blocks)}
     for seq in snap.sequences:
         for b in seq.blocks:
-            if 0 <= b < snap.num_blocks:
+            if 0 <= b < snap.num_gpu_blocks:
                 owners[b].append(seq.seq_id)
-    for b in range(snap.num_blocks):
+    for b in range(snap.num_gpu_blocks):
         if snap.ref_counts[b] == 0:
             _free_block(ax, snap, b, block_xy(layout, b))
         else:

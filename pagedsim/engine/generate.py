@@ -91,7 +91,7 @@ NOT_CHECKED: dict[str, None] = dict.fromkeys(DenseCheck._fields)
 
 @dataclass(frozen=True)
 class LabelledSnapshot(Snapshot):
-    block_labels: tuple[str, ...] = ()  # [num_blocks] the text each block holds ("" when none)
+    block_labels: tuple[str, ...] = ()  # [num_gpu_blocks] the text each block holds ("" when none)
 
 
 def text(tok: Any, ids: Sequence[int]) -> str | None:
@@ -191,8 +191,10 @@ def plan(model: Transformer, tok: Any, workload: Workload, cache: CacheConfig) -
         asked = asked[:1]
     ids = [tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p) for p, _ in asked]
     every = [params({**f, **overrides}) for _, f in asked]
-    blocks = pool_size(model, list(zip(ids, every, strict=True)), workload, max_tokens, cache)
-    return Plan(ids, every, blocks, from_file)
+    num_gpu_blocks = pool_size(
+        model, list(zip(ids, every, strict=True)), workload, max_tokens, cache
+    )
+    return Plan(ids, every, num_gpu_blocks, from_file)
 
 
 def pool_size(

@@ -194,7 +194,7 @@ def _pools() -> dict[str, tuple[str, str]]:
 
 
 def pool_factory(name: str) -> Callable[[int, int], KVCacheManager]:
-    """The factory (num_blocks, block_size) -> KVCacheManager of a registered pool."""
+    """The factory (num_gpu_blocks, block_size) -> KVCacheManager of a registered pool."""
     module, func = _pools()[name][0].split(":")
     factory: Callable[[int, int], KVCacheManager] = getattr(importlib.import_module(module), func)()
     return factory

@@ -38,11 +38,11 @@ Switches = dict[str, Any]
 
 
 def _layer_types(
-    raw: Json, path: Path, family: str, layers: int, window: int | None
+    raw: Json, path: Path, family: str, layers: int, sliding_window: int | None
 ) -> tuple[str, ...]:
     """("full" | "sliding") per layer, as the family's transformers config derives them."""
     given = raw.get("layer_types")
-    if window is None:
+    if sliding_window is None:
         return ()
     if given is not None:
         if not (
@@ -71,7 +71,7 @@ def _layer_types(
     return ("sliding",) * layers  # Mistral, Phi-3: every layer
 
 
-def _window(raw: Json, path: Path, family: str) -> int | None:
+def _sliding_window(raw: Json, path: Path, family: str) -> int | None:
     """sliding_window, or None where the family ignores it."""
     if family in ("llama", "gemma", "olmo2", "granite", "olmoe", "granitemoe"):
         return None
@@ -207,9 +207,9 @@ def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
     elif family in ("phi", "stablelm", "starcoder2", "cohere"):
         kv = field(raw, path, "num_key_value_heads", int, heads)
     head_dim = hidden // heads
-    window = None
+    sliding_window = None
     if family == "starcoder2" and raw.get("sliding_window") is not None:
-        window = field(raw, path, "sliding_window", int)
+        sliding_window = field(raw, path, "sliding_window", int)
     learned = field(raw, path, "n_positions", int, 1024) if family == "gpt2" else 0
     rotary, rope = None, DEFAULT_ROPE
     if not learned:
@@ -238,7 +238,7 @@ def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
             rope_scaling=rope[1],
             rms_eps=field(raw, path, spec.eps[0], float, spec.eps[1]),
             tie_embeddings=field(raw, path, "tie_word_embeddings", bool, spec.tie),
-            sliding_window=window,
+            sliding_window=sliding_window,
             act=act,
             rotary_dim=rotary,
             learned_positions=learned,
@@ -341,10 +341,10 @@ def _modern_config(raw: Json, path: Path, family: str) -> ModelConfig:
         else field(raw, path, "head_dim", int, d.get("head_dim"))
     )
     rotary = None if share_raw is None else _rotary_dim(share_raw, path, head_dim)
-    window = _window(raw, path, family)
-    types = _layer_types(raw, path, base, layers, window)
+    sliding_window = _sliding_window(raw, path, family)
+    types = _layer_types(raw, path, base, layers, sliding_window)
     if types and "sliding" not in types:
-        window, types = None, ()
+        sliding_window, types = None, ()
     bias = (
         field(raw, path, "qkv_bias", bool, True)
         if family == "qwen2_moe"
@@ -378,7 +378,7 @@ def _modern_config(raw: Json, path: Path, family: str) -> ModelConfig:
             tie_embeddings=field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
             qkv_bias=bias,
             o_bias=bias and base != "qwen2",
-            sliding_window=window,
+            sliding_window=sliding_window,
             layer_types=types,
             act=act,
             no_rope_layers=no_rope,

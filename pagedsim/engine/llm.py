@@ -99,7 +99,7 @@ class EngineStep:
     """One step of a traced engine (`LLM(trace=True)`)."""
 
     snapshot: int  # index of the manager's snapshot after the step (llm_engine.manager.trace)
-    block_labels: tuple[str, ...]  # [num_blocks] the text each block holds ("" when none)
+    block_labels: tuple[str, ...]  # [num_gpu_blocks] the text each block holds ("" when none)
 
 
 class DenseCheck(NamedTuple):
@@ -286,14 +286,14 @@ class LLM:
             self.scheduler_config.preemption_mode == "recompute" and self.pool is None and not forks
         )
         size = self.cache_config.block_size
-        blocks = self.cache_config.num_gpu_blocks_override or 4 + sum(
+        num_gpu_blocks = self.cache_config.num_gpu_blocks_override or 4 + sum(
             r.width * -(-(len(r.prompt) + r.max_tokens) // size) for r in requests
         )
         engine = self.llm_engine
         if engine is not None and engine.mode == ("v1" if v1 else "v0"):
-            if blocks <= self._num_gpu_blocks:
+            if num_gpu_blocks <= self._num_gpu_blocks:
                 return engine
-        return self._build(v1, blocks)
+        return self._build(v1, num_gpu_blocks)
 
     def _build(self, v1: bool, num_gpu_blocks: int) -> PagedEngine:
         cache = replace(self.cache_config, num_gpu_blocks=num_gpu_blocks)
@@ -329,7 +329,7 @@ class LLM:
     def _block_labels(self, engine: PagedEngine) -> tuple[str, ...]:
         """The text each physical block holds (live blocks and cache-hittable free ones)."""
         held = engine.block_tokens()
-        blocks = range(engine.manager.num_blocks)
+        blocks = range(engine.manager.num_gpu_blocks)
         return tuple(self._decode(held[b]) if b in held else "" for b in blocks)
 
     def _run_of(self, request_id: str) -> Run:

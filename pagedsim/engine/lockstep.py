@@ -72,7 +72,7 @@ class Divergence:
 @dataclass(frozen=True)
 class Pool:
     """A block manager under test (`pagedsim generate --pool`, `LLM(pool=)`):
-    `manager(num_blocks, block_size)` makes an empty KVCacheManager; pagedsim's own, the
+    `manager(num_gpu_blocks, block_size)` makes an empty KVCacheManager; pagedsim's own, the
     reference pool, serves the same requests beside it."""
 
     manager: Callable[[int, int], KVCacheManager]
@@ -93,7 +93,7 @@ class View:
 
     # seq -> (its table's physical blocks, its number of tokens)
     seqs: dict[Any, tuple[list[int], int]]
-    ref_counts: list[int]  # [num_blocks]
+    ref_counts: list[int]  # [num_gpu_blocks]
     free_list: list[int]  # head first
     num_free: int  # the pool's own count of free blocks
 

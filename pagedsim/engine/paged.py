@@ -185,7 +185,7 @@ class PagedEngine:
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
         self.model.check_length(len(request.prompt), request.max_tokens)
-        bs, pool = self.block_size, self.manager.num_blocks
+        bs, pool = self.block_size, self.manager.num_gpu_blocks
         worst = (
             request.width
             * blocks_needed(len(request.prompt) + request.max_tokens, bs)
@@ -474,9 +474,9 @@ def _v0_manager(
         return cls(num_gpu_blocks, block_size, trace=trace)
     if not isinstance(manager, KVCacheManager):
         raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
-    if (manager.num_blocks, manager.block_size) != (num_gpu_blocks, block_size):
+    if (manager.num_gpu_blocks, manager.block_size) != (num_gpu_blocks, block_size):
         raise ValueError(
-            f"manager has {manager.num_blocks} blocks x {manager.block_size} tokens, "
+            f"manager has {manager.num_gpu_blocks} blocks x {manager.block_size} tokens, "
             f"not {num_gpu_blocks} x {block_size}"
         )
     if isinstance(manager, PrefixCachingManager) != caching:

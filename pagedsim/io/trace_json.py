@@ -74,11 +74,11 @@ def _whole(value: object, what: str, low: int = 0, high: int | None = None) -> i
     return value
 
 
-def _blocks(values: object, what: str, num_blocks: int, *, distinct: bool = False) -> None:
+def _blocks(values: object, what: str, num_gpu_blocks: int, *, distinct: bool = False) -> None:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"{what} must be a list of block ids, got {values!r}"[:200])
     for v in values:
-        _whole(v, f"{what} entry", 0, num_blocks - 1)
+        _whole(v, f"{what} entry", 0, num_gpu_blocks - 1)
     if distinct and len(set(values)) != len(values):
         raise ValueError(f"{what} names a block twice: {list(values)}"[:200])
 
@@ -90,7 +90,11 @@ def validate(d: object) -> None:
     step = d.get("step")
     _whole(step, "step")
     where = f"snapshot {step}"
-    n = _whole(d.get("num_blocks"), f"{where}: num_blocks", 1, 1 << 20)
+    if "num_blocks" in d and "num_gpu_blocks" not in d:  # a trace saved before the rename
+        raise ValueError(
+            f"{where}: 'num_blocks' is now 'num_gpu_blocks' (vLLM v1's name); save the trace again"
+        )
+    n = _whole(d.get("num_gpu_blocks"), f"{where}: num_gpu_blocks", 1, 1 << 20)
     bs = _whole(d.get("block_size"), f"{where}: block_size", 1, 1 << 16)
     _blocks(d.get("free_list", ()), f"{where}: free_list", n, distinct=True)
     _blocks(d.get("cached_blocks", ()), f"{where}: cached_blocks", n, distinct=True)
@@ -136,9 +140,9 @@ def snapshot_from_dict(d: JSONObject) -> tr.Snapshot:
         snap = tr.Snapshot(**values)
     except (KeyError, TypeError) as e:
         raise ValueError(f"not a snapshot: missing or malformed {e}") from None
-    if len(snap.ref_counts) != snap.num_blocks or len(snap.block_fill) != snap.num_blocks:
+    if len(snap.ref_counts) != snap.num_gpu_blocks or len(snap.block_fill) != snap.num_gpu_blocks:
         raise ValueError(
-            f"snapshot {snap.step}: ref_counts/block_fill do not have {snap.num_blocks} entries"
+            f"snapshot {snap.step}: ref_counts/block_fill do not have {snap.num_gpu_blocks} entries"
         )
     return snap
 
@@ -149,7 +153,7 @@ def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
             "not a pagedsim trace: expected an object with a non-empty 'snapshots' list"
         )
     snaps = [snapshot_from_dict(s) for s in d["snapshots"]]
-    if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
+    if len({(s.num_gpu_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")
     return snaps
 

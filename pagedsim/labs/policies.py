@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import workloads
-from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
+from ..errors import MAX_BLOCK_SIZE, MAX_NUM_GPU_BLOCKS
 from ..io.args import ArgParser, float_in, int_in
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager, make_policy
 from ..scheduler import make_scheduler
@@ -48,7 +48,7 @@ def compare(
     model: str = "opt-13b",
 ) -> list[PolicyRow]:
     block_bytes = preset(model).bytes_per_block(block_size)
-    host_blocks = int(swap_space * 2**30 // block_bytes)
+    num_cpu_blocks = int(swap_space * 2**30 // block_bytes)
     rows: list[PolicyRow] = []
     runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
     runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
@@ -59,7 +59,7 @@ def compare(
         if mode == "v1":
             s = make_scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
         else:
-            policy = make_policy(preemption, host_blocks=host_blocks, block_bytes=block_bytes)
+            policy = make_policy(preemption, num_cpu_blocks=num_cpu_blocks, block_bytes=block_bytes)
             s = make_scheduler(requests, m, policy, tokens=tokens, record=False).run()
         rows.append(
             {
@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument(
         "--memory-tokens",
-        type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
+        type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_GPU_BLOCKS),
         default=DEFAULT_MEMORY_TOKENS,
     )
     ap.add_argument(

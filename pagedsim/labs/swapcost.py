@@ -87,14 +87,14 @@ def recompute_seconds(length: int, s: Setup) -> float:
 
 
 def measured_hit_fraction(
-    num_requests: int = 40, num_blocks: int = 250, block_size: int = 16, seed: int = 0
+    num_requests: int = 40, num_gpu_blocks: int = 250, block_size: int = 16, seed: int = 0
 ) -> float:
     """Fraction of the tokens preemption discarded that the prefix cache served back (v1)."""
     from ..policies import PrefixCachingManager
     from ..scheduler import make_scheduler
     from ..workloads import synthetic
 
-    m = PrefixCachingManager(num_blocks, block_size, trace=False)
+    m = PrefixCachingManager(num_gpu_blocks, block_size, trace=False)
     s = make_scheduler(
         synthetic("sharegpt", num_requests, seed),
         m,

@@ -80,7 +80,7 @@ class CachingBlockPool(LinkedBlockPool):
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         eviction: str = "lru",
         stats: CacheStats | None = None,
@@ -91,8 +91,8 @@ class CachingBlockPool(LinkedBlockPool):
             raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
         if eviction not in EVICTION_KEYS:
             raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
-        super().__init__(num_blocks, block_size, "fifo")
-        n = self.num_blocks
+        super().__init__(num_gpu_blocks, block_size, "fifo")
+        n = self.num_gpu_blocks
         self.eviction = eviction  # which cached free block is overwritten first
         self.stats = stats if stats is not None else CacheStats()
         self._evict_key = EVICTION_KEYS[eviction]
@@ -105,11 +105,11 @@ class CachingBlockPool(LinkedBlockPool):
         # content id -> [parent id, tokens, cached blocks, refs]
         self._node: dict[int, list[Any]] = {}
         # refs: child contents plus pins (live sequences whose next block will follow it)
-        self._cid = [ROOT] * n  # [num_blocks] content id of each cached block
+        self._cid = [ROOT] * n  # [num_gpu_blocks] content id of each cached block
         self._next_cid = ROOT + 1  # content ids are never reused
-        self._hits = [0] * n  # [num_blocks] times each cached block was hit
-        self._born = [0] * n  # [num_blocks] logical time the block was cached (fifo)
-        self._stamp = [0] * n  # [num_blocks] invalidates stale heap entries
+        self._hits = [0] * n  # [num_gpu_blocks] times each cached block was hit
+        self._born = [0] * n  # [num_gpu_blocks] logical time the block was cached (fifo)
+        self._stamp = [0] * n  # [num_gpu_blocks] invalidates stale heap entries
         # (key, stamp, block) for cached free blocks
         self._heap: list[tuple[tuple[int, ...], int, int]] = []
         self._clock = itertools.count()  # logical time for the keys
@@ -182,7 +182,7 @@ class CachingBlockPool(LinkedBlockPool):
     def reset(self) -> bool:
         """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
         changed, while any block is in use."""
-        if self.num_free_blocks != self.num_blocks:
+        if self.num_free_blocks != self.num_gpu_blocks:
             return False
         for b in list(self._key):
             self._forget(b)  # content ids no live sequence pins are pruned with their blocks
@@ -326,7 +326,7 @@ class CachingBlockPool(LinkedBlockPool):
 
     def _compact(self) -> None:
         """Drop the stale heap entries (an older stamp never matches again): at most one
-        entry per block is left, so the heap stays within 2 x num_blocks."""
+        entry per block is left, so the heap stays within 2 x num_gpu_blocks."""
         self._heap = [e for e in self._heap if e[1] == self._stamp[e[2]]]
         heapq.heapify(self._heap)
 

@@ -54,7 +54,7 @@ class HybridManager:
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         sliding_window: int,
@@ -65,12 +65,12 @@ class HybridManager:
         bool_arg("trace", trace)
         self.stats = CacheStats()
         self.pool = CachingBlockPool(
-            num_blocks, block_size, eviction, self.stats, enable_kv_cache_events
+            num_gpu_blocks, block_size, eviction, self.stats, enable_kv_cache_events
         )
         self.block_size = self.pool.block_size
-        self.full = PrefixCachingManager(num_blocks, block_size, pool=self.pool, trace=False)
+        self.full = PrefixCachingManager(num_gpu_blocks, block_size, pool=self.pool, trace=False)
         self.window = SlidingWindowPrefixCachingManager(
-            num_blocks,
+            num_gpu_blocks,
             block_size,
             sliding_window=sliding_window,
             pool=self.pool,
@@ -88,15 +88,15 @@ class HybridManager:
         self._trace = tr.Trace() if trace else None
         if self._trace is not None:
             said = (
-                f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
+                f"a pool of {num_gpu_blocks} blocks x {block_size} tokens shared by two KV cache "
                 f"groups: full attention and a sliding window of {sliding_window} tokens"
             )
             self._trace.snapshots.append(self.snapshot(caption=said))
 
     # ---- queries -----------------------------------------------------------------------
     @property
-    def num_blocks(self) -> int:
-        return self.pool.num_blocks
+    def num_gpu_blocks(self) -> int:
+        return self.pool.num_gpu_blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -360,11 +360,13 @@ class HybridManager:
             step=self.step,
             custom_caption=caption,
             events=(),
-            num_blocks=self.num_blocks,
+            num_gpu_blocks=self.num_gpu_blocks,
             block_size=self.block_size,
             free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
-            block_fill=tuple(block_fill([t for _, t in tables], self.num_blocks, self.block_size)),
+            block_fill=tuple(
+                block_fill([t for _, t in tables], self.num_gpu_blocks, self.block_size)
+            ),
             sequences=tuple(tr.SeqState(name, tuple(t.blocks), t.num_tokens) for name, t in tables),
             cached_blocks=tuple(self.pool.cached_free_blocks()),
         )

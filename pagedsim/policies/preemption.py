@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 Saved = dict[Hashable, tuple[list[int], int]]  # seq -> (host block per logical block, tokens)
 
-MAX_HOST_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
+MAX_NUM_CPU_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
 
 
 @dataclass
@@ -55,9 +55,9 @@ class Group:
 class HostPool:
     """A fixed pool of host (CPU) blocks for swapped-out sequences (vLLM v0's swap space)."""
 
-    def __init__(self, host_blocks: int) -> None:
-        self.num_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
-        self._free = list(range(self.num_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
+    def __init__(self, num_cpu_blocks: int) -> None:
+        self.num_cpu_blocks = count_arg("num_cpu_blocks", num_cpu_blocks, 0, MAX_NUM_CPU_BLOCKS)
+        self._free = list(range(self.num_cpu_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
         # swapped seq -> its manager's prefix_state (None: none kept)
         self._prefix: dict[Hashable, Any] = {}
 
@@ -132,13 +132,15 @@ class SwapPolicy(RecomputePolicy):
     keeps_kv = True  # a preempted group waits on the host until it is swapped back in
 
     @classmethod
-    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1, **options: Any) -> RecomputePolicy:
-        return cls(host_blocks, block_bytes)
+    def make(
+        cls, *, num_cpu_blocks: int = 0, block_bytes: int = 1, **options: Any
+    ) -> RecomputePolicy:
+        return cls(num_cpu_blocks, block_bytes)
 
-    def __init__(self, host_blocks: int, block_bytes: int = 1) -> None:
+    def __init__(self, num_cpu_blocks: int, block_bytes: int = 1) -> None:
         super().__init__()
-        self.host = HostPool(host_blocks)
-        self.host_blocks = self.host.num_blocks  # size of the fixed host pool, in blocks
+        self.host = HostPool(num_cpu_blocks)
+        self.num_cpu_blocks = self.host.num_cpu_blocks  # size of the fixed host pool, in blocks
         self.block_bytes = count_arg("block_bytes", block_bytes, 1)  # bytes of one block
         self.bytes_swapped = 0  # bytes moved over PCIe, both directions
         self.swap_outs = 0
@@ -197,6 +199,6 @@ def preemption_class(name: str) -> type[RecomputePolicy]:
     return PREEMPTION[name]
 
 
-def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1) -> RecomputePolicy:
+def make_policy(name: str, *, num_cpu_blocks: int = 0, block_bytes: int = 1) -> RecomputePolicy:
     """A preemption policy by name, from PREEMPTION."""
-    return preemption_class(name).make(host_blocks=host_blocks, block_bytes=block_bytes)
+    return preemption_class(name).make(num_cpu_blocks=num_cpu_blocks, block_bytes=block_bytes)

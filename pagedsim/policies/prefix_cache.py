@@ -67,7 +67,7 @@ class PrefixCachingManager(KVCacheManager):
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         eviction: str = "lru",
@@ -89,7 +89,7 @@ class PrefixCachingManager(KVCacheManager):
         if pool is None:
             self.stats = CacheStats()
             pool = CachingBlockPool(
-                num_blocks, block_size, eviction, self.stats, enable_kv_cache_events
+                num_gpu_blocks, block_size, eviction, self.stats, enable_kv_cache_events
             )
         elif not isinstance(pool, CachingBlockPool):
             raise TypeError(f"pool must be a CachingBlockPool, got {type(pool).__name__}")
@@ -107,7 +107,7 @@ class PrefixCachingManager(KVCacheManager):
         self._extra: dict[SeqId, Keys] = {}
         # (parent hash, block tokens) -> hash, called ahead of a change
         self._hashes: dict[tuple[int, Tokens], int] = {}
-        super().__init__(num_blocks, block_size, pool=pool, **kwargs)
+        super().__init__(num_gpu_blocks, block_size, pool=pool, **kwargs)
 
     def extra_keys(self, cache_salt: Any = None, lora_id: Any = None) -> Keys:
         """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
@@ -420,8 +420,8 @@ class PrefixCachingManager(KVCacheManager):
         that raises leaves the manager as it was); `_cache_full_blocks` takes the results.
         `chains`: (parent hash, token ids from a block boundary, blocks to hash)."""
         bs, hashes = self.block_size, {}
-        for h, run, num_blocks in chains:
-            for i in range(num_blocks):
+        for h, run, to_hash in chains:
+            for i in range(to_hash):
                 key = (h, tuple(run[i * bs : (i + 1) * bs]))
                 h = hashes[key] = self.hash_fn(*key)
         self._hashes = hashes

@@ -34,7 +34,7 @@ class SlidingWindowManager(KVCacheManager):
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         sliding_window: int,
@@ -49,7 +49,7 @@ class SlidingWindowManager(KVCacheManager):
         self.first_droppable = -(-sinks // block_size)  # first logical block with no sink token
         self.dropped_blocks = 0  # blocks returned to the pool by sliding
         self._next_drop: dict[SeqId, int] = {}  # seq -> next logical block that may be dropped
-        super().__init__(num_blocks, block_size, **kwargs)
+        super().__init__(num_gpu_blocks, block_size, **kwargs)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens the next query never reads again, sinks aside: n - W + 1 (v1's name)."""

@@ -3,7 +3,7 @@
     pagedsim conform MODULE:FACTORY [--attention MODULE:FN] [--examples N] [--seed S]
                      [--check-free-order lifo|fifo] [--call-timeout SEC] [--timeout SEC]
 
-MODULE is a file path or an importable name; FACTORY(num_blocks, block_size) builds a
+MODULE is a file path or an importable name; FACTORY(num_gpu_blocks, block_size) builds a
 manager (pagedsim.testing.contract). Exit codes: 0 conforms, 1 does not (the minimal
 counterexample as Python calls), 2 the target cannot be loaded.
 
@@ -48,7 +48,7 @@ class Expired(BaseException):
 def parser() -> argparse.ArgumentParser:
     p = ArgParser(
         prog="pagedsim conform",
-        description="Check a block manager built by MODULE:FACTORY(num_blocks, block_size) "
+        description="Check a block manager built by MODULE:FACTORY(num_gpu_blocks, block_size) "
         "against pagedsim's KVCacheManager, and optionally a paged-attention function against "
         "the float64 reference.",
     )

@@ -1,6 +1,6 @@
 """The manager contract the kit drives, and how it talks to a manager it has never seen.
 
-Any object built by `factory(num_blocks, block_size)` with these names can be checked
+Any object built by `factory(num_gpu_blocks, block_size)` with these names can be checked
 (those of pagedsim's `KVCacheManager`, which follows vLLM v0's BlockSpaceManager: fork
 shares blocks, appending into a shared partly filled last block copies it first):
 
@@ -121,11 +121,11 @@ class Managed:
             return "error", exc
 
     def build(
-        self, factory: Callable[[int, int], object], num_blocks: int, block_size: int
+        self, factory: Callable[[int, int], object], num_gpu_blocks: int, block_size: int
     ) -> None:
-        text = f"factory({num_blocks}, {block_size})"
+        text = f"factory({num_gpu_blocks}, {block_size})"
         self.script.append(f"m = {text}")
-        outcome, value = self.call(text, factory, num_blocks, block_size, log=False)
+        outcome, value = self.call(text, factory, num_gpu_blocks, block_size, log=False)
         if outcome != "ok":
             self.fail(f"{text} raised {describe(value)}")
         for name in (

@@ -15,7 +15,7 @@ from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from .contract import Hung, hung, time_limit
 
-# makes the manager under test: factory(num_blocks, block_size)
+# makes the manager under test: factory(num_gpu_blocks, block_size)
 Factory = Callable[[int, int], object]
 
 

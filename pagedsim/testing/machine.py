@@ -10,7 +10,7 @@ and every live sequence must read back exactly its own values.
 
 Checks after every step (the failure message says which one broke):
     * table length == ceil(num_tokens / block_size), ids in range, no id twice;
-    * num_free_blocks == the model's, and tables' distinct blocks + free == num_blocks;
+    * num_free_blocks == the model's, and tables' distinct blocks + free == num_gpu_blocks;
     * shadow memory reads back (catches fork without incref, skipped copy-on-write,
       a block handed out while still held);
     * all-or-nothing: out of blocks exactly when the model is, and a refused call
@@ -34,7 +34,7 @@ from .contract import Managed, describe
 from .messages import PoolState, diff, hint, took
 
 FREE_ORDERS = (None, "lifo", "fifo")
-NUM_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
+NUM_GPU_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
 BLOCK_SIZES = st.sampled_from([1, 2, 4, 8])  # tokens per block; shrinks towards 1
 
 Tables = dict[int, list[int]]  # live seq -> its block table
@@ -46,7 +46,7 @@ class MachineOptions(TypedDict, total=False):
     """`manager_machine`'s keywords, for the callers that pass them on (check_manager)."""
 
     block_size: int | st.SearchStrategy[int] | None
-    num_blocks: int | st.SearchStrategy[int] | None
+    num_gpu_blocks: int | st.SearchStrategy[int] | None
     check_free_order: str | None
     invalid_ids: bool
     call_timeout: float | None
@@ -60,9 +60,9 @@ def _strategy(value: T | st.SearchStrategy[T]) -> st.SearchStrategy[T]:
 class ManagerConformance(RuleBasedStateMachine):
     """The rules and checks; `manager_machine` makes a subclass bound to one factory."""
 
-    # factory(num_blocks, block_size) -> the manager under test; manager_machine binds it
+    # factory(num_gpu_blocks, block_size) -> the manager under test; manager_machine binds it
     factory: Callable[[int, int], object] | None = None
-    sizes = st.tuples(NUM_BLOCKS, BLOCK_SIZES)  # (num_blocks, block_size)
+    sizes = st.tuples(NUM_GPU_BLOCKS, BLOCK_SIZES)  # (num_gpu_blocks, block_size)
     free_order: str | None = None  # None, "lifo" or "fifo": compare tables with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
     call_timeout: float | None = None  # seconds per call into the manager, or None
@@ -73,24 +73,24 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @initialize(data=st.data())
     def make(self, data: st.DataObject) -> None:
-        num_blocks, block_size = data.draw(self.sizes, label="num_blocks, block_size")
+        num_gpu_blocks, block_size = data.draw(self.sizes, label="num_gpu_blocks, block_size")
         type(self).examples_run += 1
-        self.num_blocks, self.block_size = num_blocks, block_size
+        self.num_gpu_blocks, self.block_size = num_gpu_blocks, block_size
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
         factory = type(self).factory
         assert factory is not None, "manager_machine binds a factory"
-        self.m.build(factory, num_blocks, block_size)
+        self.m.build(factory, num_gpu_blocks, block_size)
         self.model = KVCacheManager(
-            num_blocks, block_size, free_order=self.free_order or "lifo", trace=False
+            num_gpu_blocks, block_size, free_order=self.free_order or "lifo", trace=False
         )
-        # [num_blocks * block_size] shadow KV: the value each slot holds, -1 if none
-        self.memory = np.full(num_blocks * block_size, -1, np.int64)
+        # [num_gpu_blocks * block_size] shadow KV: the value each slot holds, -1 if none
+        self.memory = np.full(num_gpu_blocks * block_size, -1, np.int64)
         self.writer: dict[int, tuple[int, int]] = {}  # value -> (seq, position) that wrote it
         self.tokens: dict[int, list[int]] = {}  # live seq -> its values, in order
         self.next_id = 0
         self.next_value = 0
-        self._check(self.script[0], (num_blocks, num_blocks), [])
+        self._check(self.script[0], (num_gpu_blocks, num_gpu_blocks), [])
 
     # ---- rules ----------------------------------------------------------------------
     @rule(n=st.integers(1, 12))
@@ -164,10 +164,10 @@ class ManagerConformance(RuleBasedStateMachine):
         for seq in sorted(self.tokens):
             self._free(seq)
         free = self.m.num_free()
-        if free != self.num_blocks:
+        if free != self.num_gpu_blocks:
             self._fail(
                 f"after every sequence is freed, num_free_blocks is {free} of "
-                f"{self.num_blocks}: {self.num_blocks - free} block(s) leaked"
+                f"{self.num_gpu_blocks}: {self.num_gpu_blocks - free} block(s) leaked"
             )
 
     # ---- one step -------------------------------------------------------------------
@@ -254,7 +254,7 @@ class ManagerConformance(RuleBasedStateMachine):
         writes: Writes | None = None,
         tables_before: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
-        nb, bs = self.num_blocks, self.block_size
+        nb, bs = self.num_gpu_blocks, self.block_size
         for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
             if not (0 <= src < nb and 0 <= dst < nb):
                 self._fail(f"m.drain_copies() gave ({src}, {dst}); block ids are 0..{nb - 1}")
@@ -317,7 +317,7 @@ class ManagerConformance(RuleBasedStateMachine):
                     self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
 
     def _table(self, seq: int) -> list[int]:
-        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.num_blocks
+        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.num_gpu_blocks
         want = blocks_needed(n, self.block_size)
         if len(table) != want:
             self._fail(
@@ -361,15 +361,15 @@ def manager_machine(
     factory: Callable[[int, int], object],
     *,
     block_size: int | st.SearchStrategy[int] | None = None,
-    num_blocks: int | st.SearchStrategy[int] | None = None,
+    num_gpu_blocks: int | st.SearchStrategy[int] | None = None,
     check_free_order: str | None = None,
     invalid_ids: bool = False,
     call_timeout: float | None = None,
     extra_check: Callable[[object], object] | None = None,
 ) -> type[ManagerConformance]:
-    """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
+    """A `RuleBasedStateMachine` class checking `factory(num_gpu_blocks, block_size)` managers.
 
-    block_size, num_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8
+    block_size, num_gpu_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8
         tokens per block and 1..32 blocks (examples shrink towards the smallest).
     check_free_order: None (ids are the manager's choice), "lifo" or "fifo" (tables must
         equal the model's with that free order: allocate from the head of the free list,
@@ -389,7 +389,7 @@ def manager_machine(
         {
             "factory": staticmethod(factory),
             "sizes": st.tuples(
-                _strategy(NUM_BLOCKS if num_blocks is None else num_blocks),
+                _strategy(NUM_GPU_BLOCKS if num_gpu_blocks is None else num_gpu_blocks),
                 _strategy(BLOCK_SIZES if block_size is None else block_size),
             ),
             "free_order": check_free_order,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .machine import MachineOptions, ManagerConformance
     from .run import CheckOptions, Summary
 
-Factory = Callable[[int, int], object]  # factory(num_blocks, block_size) -> a manager
+Factory = Callable[[int, int], object]  # factory(num_gpu_blocks, block_size) -> a manager
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -58,7 +58,7 @@ class _ManagerRunner:
 
 @pytest.fixture
 def manager_machine() -> _ManagerRunner:
-    """Call with your factory(num_blocks, block_size): checks it against KVCacheManager."""
+    """Call with your factory(num_gpu_blocks, block_size): checks it against KVCacheManager."""
     return _ManagerRunner()
 
 

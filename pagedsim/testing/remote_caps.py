@@ -168,7 +168,7 @@ register(
     BlockPool,
     methods="""allocate allocate_many take incref free release ref_count ref_counts is_shared
     is_free head free_list check_invariants""".split(),
-    attributes="num_blocks block_size free_order num_free_blocks num_shared num_used".split(),
+    attributes="num_gpu_blocks block_size free_order num_free_blocks num_shared num_used".split(),
 )
 register(Method, operations={CALL})
 register(Cursor, operations={"__next__", "__iter__"})

@@ -75,11 +75,11 @@ def check_manager(
     seed: int | None = 0,
     **machine_kw: Unpack[MachineOptions],
 ) -> Summary:
-    """Drive `factory(num_blocks, block_size)` managers through `manager_machine`.
+    """Drive `factory(num_gpu_blocks, block_size)` managers through `manager_machine`.
 
     Returns a Summary, or raises `NonConformance` whose message is the minimal
     counterexample as Python calls (or `Hung` if a call did not return in time).
-    `machine_kw` go to `manager_machine` (block_size, num_blocks, check_free_order, ...).
+    `machine_kw` go to `manager_machine` (block_size, num_gpu_blocks, check_free_order, ...).
     """
     machine = manager_machine(factory, **machine_kw)
     config = quiet_settings(examples, stateful_step_count=steps)

@@ -17,7 +17,7 @@ from ..story import Phrasebook, story_of, tell
 ZH = {
     "sep": "、",
     "blocks": "块 {list}",
-    "pool": "块池：{num_blocks} 块 x 每块 {block_size} 个 token，全部空闲",
+    "pool": "块池：{num_gpu_blocks} 块 x 每块 {block_size} 个 token，全部空闲",
     "quiet": "没有变化",
     "refused": (
         "序列 {seq_id} 的 {what} 需要 {needed} 个空闲块，但只有 {available} 个："

@@ -177,7 +177,7 @@ def _snapshots(trace_or_snapshots) -> list:
         raise TypeError(
             "to_html takes a Trace, a list of Snapshots or a trace_json.to_dict(trace) dict"
         )
-    if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
+    if len({(s.num_gpu_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")
     return snaps
 

@@ -60,7 +60,7 @@ def touched_blocks(snap) -> list:
     for e in snap.events:
         for name in ("block", "src", "dst"):
             b = getattr(e, name, None)
-            if isinstance(b, int) and 0 <= b < snap.num_blocks and b not in out:
+            if isinstance(b, int) and 0 <= b < snap.num_gpu_blocks and b not in out:
                 out.append(b)
     return out
 
@@ -121,18 +121,18 @@ def _common_prefix(a, b) -> int:
 class Encoder:
     """Turns snapshots into steps, one at a time (see the module docstring)."""
 
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
+    def __init__(self, num_gpu_blocks: int):
+        self.num_gpu_blocks = num_gpu_blocks
         self.seqs: list = []  # seq ids in first-seen order; a step names them by index
         self._index: dict = {}
         self.free: list = []
-        self.refs = [0] * num_blocks
-        self.fill = [0] * num_blocks
+        self.refs = [0] * num_gpu_blocks
+        self.fill = [0] * num_gpu_blocks
         self.cached: set = set()
         self.tables: dict = {}  # seq index -> (num_tokens, blocks)
         self.order: list = []
-        self.labels = [""] * num_blocks
-        self.hashes = [""] * num_blocks
+        self.labels = [""] * num_gpu_blocks
+        self.hashes = [""] * num_gpu_blocks
 
     def seq(self, seq_id) -> int:
         if seq_id not in self._index:
@@ -243,7 +243,7 @@ class Encoder:
             return
         new = [
             str(values[b]) if b < len(values) and values[b] is not None else ""
-            for b in range(self.num_blocks)
+            for b in range(self.num_gpu_blocks)
         ]
         if new != mine:
             out[key] = _pairs(mine, new)
@@ -261,7 +261,7 @@ def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None, n
     step i's caption and why line, marks[i] its marks; labels[i] / hashes[i] (if given) the
     text and prefix-cache hash of each block after step i, instead of the snapshot's own;
     `name(seq_id)` the text the page names a sequence by."""
-    enc = Encoder(snapshots[0].num_blocks)
+    enc = Encoder(snapshots[0].num_gpu_blocks)
 
     def nth(rows, i):
         return rows[i] if rows is not None and i < len(rows) else None
@@ -273,7 +273,7 @@ def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None, n
         for i, s in enumerate(snapshots)
     ]
     return {
-        "nb": snapshots[0].num_blocks,
+        "nb": snapshots[0].num_gpu_blocks,
         "bs": snapshots[0].block_size,
         "seqs": [str(name(s)) for s in enc.seqs],
         "steps": steps,

@@ -91,7 +91,7 @@ def _new_blocks(prev, frame) -> dict:
     """seq -> the blocks of its table that were free before this step and are owned now, in
     table order: what the page's "changed" strip calls allocated, hit, evicted or swapped in
     (the same ref counts decide both, so the caption and the strip agree)."""
-    was = prev.ref_counts if prev is not None else (0,) * frame.num_blocks
+    was = prev.ref_counts if prev is not None else (0,) * frame.num_gpu_blocks
     copies = _copies(frame)  # a copy-on-write destination is told as copied, not new
     out = {}
     for s in frame.sequences:

@@ -35,8 +35,10 @@ GENERATE_VERSION = {  # the engine's mode: the scheduler that served the run
 
 def version_of(options) -> str:
     """The vLLM version behind a playground's options (`play_session.Options`)."""
-    if options.hybrid is not None:
-        label = f"vLLM v1 hybrid allocator: full attention + a {options.hybrid}-token window"
+    if options.hybrid:
+        label = (
+            f"vLLM v1 hybrid allocator: full attention + a {options.sliding_window}-token window"
+        )
     elif options.enable_prefix_caching:
         label = "vLLM v1 automatic prefix caching (free queue = LRU eviction order)"
     elif options.sliding_window:
@@ -81,7 +83,7 @@ def _hashes(session) -> list | None:
     for m in session.moments[: session.cursor]:
         twin.run(m.command)
         pool: Any = twin.manager.pool  # a caching pool: checked by hasattr above
-        n = twin.manager.num_blocks
+        n = twin.manager.num_gpu_blocks
         now = tuple(
             format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
             for b in range(n)

@@ -2,8 +2,8 @@
 
 Every expected number below is worked by hand from vLLM v1's formulas
 (vllm/v1/core/kv_cache_utils.py): page_size_bytes = 2 * B * kv_heads * head_dim * dtype,
-num_blocks = available // page_size_bytes // layers, tokens = num_blocks * B,
-concurrency = num_blocks / ceil(max_model_len / B).
+num_gpu_blocks = available // page_size_bytes // layers, tokens = num_gpu_blocks * B,
+concurrency = num_gpu_blocks / ceil(max_model_len / B).
 """
 
 import json
@@ -37,7 +37,7 @@ def test_llama_3_8b_in_16_gib_of_kv_cache(capsys):
     # one layer's block: 2 x 16 tokens x 8 x 128 x 2 B = 65,536 B; all 32 layers: 2 MiB
     assert (r["page_size_bytes"], r["bytes_per_block"]) == (65_536, 2_097_152)
     # 17,179,869,184 B // 65,536 = 262,144 // 32 layers = 8,192 blocks = 131,072 tokens
-    assert (r["num_blocks"], r["num_tokens"]) == (8_192, 131_072)
+    assert (r["num_gpu_blocks"], r["num_tokens"]) == (8_192, 131_072)
     # max_model_len 8,192 (the config's) = 512 blocks a request: 8,192 / 512 = 16x
     assert r["max_model_len"] == 8_192 and r["max_concurrency"] == 16.0
 
@@ -51,7 +51,7 @@ def test_mistral_7b_on_an_a100_80gb_with_estimated_weights(capsys):
     # 80 GiB x 0.9 = 77,309,411,328 B; minus the weights: 62,826,479,616 B
     assert (r["requested_bytes"], r["kv_cache_memory_bytes"]) == (77_309_411_328, 62_826_479_616)
     # // 65,536 = 958,656 // 32 = 29,958 blocks = 479,328 tokens; 32,768 tokens = 2,048 blocks
-    assert (r["num_blocks"], r["num_tokens"]) == (29_958, 479_328)
+    assert (r["num_gpu_blocks"], r["num_tokens"]) == (29_958, 479_328)
     assert r["max_concurrency"] == pytest.approx(29_958 / 2_048)
     assert r["sliding_window"] == 4096
 
@@ -73,7 +73,7 @@ def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
     assert (r["head_dim"], r["bytes_per_token"], r["page_size_bytes"]) == (256, 172_032, 65_536)
     # 24 GiB x 0.9 = 23,192,823,398 B - 18,500,000,000 = 4,692,823,398 // 65,536 = 71,606
     # // 42 layers = 1,704 blocks = 27,264 tokens; 8,192 tokens = 512 blocks: 3.328125x
-    assert (r["kv_cache_memory_bytes"], r["num_blocks"], r["num_tokens"]) == (
+    assert (r["kv_cache_memory_bytes"], r["num_gpu_blocks"], r["num_tokens"]) == (
         4_692_823_398,
         1_704,
         27_264,
@@ -125,7 +125,7 @@ def test_a_local_config_json_is_read_field_by_field(tmp_path, capsys):
         256,
         1024,
     )
-    assert (r["num_blocks"], r["usable_blocks"], r["num_tokens"]) == (32, 31, 256)
+    assert (r["num_gpu_blocks"], r["usable_blocks"], r["num_tokens"]) == (32, 31, 256)
     assert r["max_concurrency"] == 32 / 31
     # parameters: 1,000 x 64 x 2 (embeddings, untied head) = 128,000, plus 2 layers x
     # (q,o 2 x 64 x 64 = 8,192 + k,v 2 x 64 x 32 = 4,096 + MLP 3 x 64 x 128 = 24,576) = 73,728
@@ -182,8 +182,8 @@ def test_the_model_dtype_and_the_kv_cache_dtype_are_vllms_two_flags(capsys):
         assert (fp8["kv_cache_dtype"], fp8["kv_bytes_per_element"]) == (name, 1)
         assert fp8["weights_bytes"] == auto["weights_bytes"]
         assert (
-            fp8["num_blocks"]
-            == 2 * auto["num_blocks"]
+            fp8["num_gpu_blocks"]
+            == 2 * auto["num_gpu_blocks"]
             + (auto["kv_cache_memory_bytes"] // (auto["bytes_per_block"] // 2)) % 2
         )
     assert numbers(capsys, *base, "--kv-cache-dtype", "bfloat16")["kv_bytes_per_element"] == 2
@@ -342,7 +342,7 @@ def test_a_config_with_only_the_kv_fields_is_enough_given_the_kv_memory(tmp_path
     )
     # page 2 x 16 x 8 x 128 x 2 = 65,536 B; 10 GiB // 65,536 = 163,840 // 40 = 4,096 blocks
     # = 65,536 tokens; 32,768 tokens = 2,048 blocks: 2.00x
-    assert (r["num_blocks"], r["num_tokens"], r["max_concurrency"]) == (4_096, 65_536, 2.0)
+    assert (r["num_gpu_blocks"], r["num_tokens"], r["max_concurrency"]) == (4_096, 65_536, 2.0)
     assert r["parameters_estimated"] is None and r["sliding_window"] is None
     rc, out, err = run(capsys, "--model", str(tmp_path), "--gpu", "L4", "--max-model-len", "64")
     assert rc == 2 and "cannot estimate the weights" in err and "--weights-bytes" in err
@@ -364,7 +364,7 @@ def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
     r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
     # head_dim 768 / 12 = 64; fp32 served as fp16: page 2 x 16 x 12 x 64 x 2 = 49,152 B
     # 1 GiB // 49,152 = 21,845 // 12 layers = 1,820 blocks = 29,120 tokens
-    assert (r["head_dim"], r["page_size_bytes"], r["num_blocks"]) == (64, 49_152, 1_820)
+    assert (r["head_dim"], r["page_size_bytes"], r["num_gpu_blocks"]) == (64, 49_152, 1_820)
     # about 124 M parameters (GPT-2 small: 124 M)
     assert 120e6 < r["parameters_estimated"] < 126e6
 
@@ -379,7 +379,7 @@ def test_llama_3_70b_over_four_h100s_is_reported_per_gpu(capsys):
     assert (r["weights_bytes"], r["kv_cache_memory_bytes"]) == (35_276_193_792, 42_033_217_536)
     # 8 KV heads / 4 = 2 per GPU: page 2 x 16 x 2 x 128 x 2 = 16,384 B
     # 42,033,217,536 // 16,384 = 2,565,504 // 80 = 32,068 blocks = 513,088 tokens; / 512 = 62.63x
-    assert (r["kv_heads_per_gpu"], r["page_size_bytes"], r["num_blocks"]) == (2, 16_384, 32_068)
+    assert (r["kv_heads_per_gpu"], r["page_size_bytes"], r["num_gpu_blocks"]) == (2, 16_384, 32_068)
     assert r["num_tokens"] == 513_088 and f"{r['max_concurrency']:.2f}" == "62.63"
     rc, _, err = run(
         capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB", "--tensor-parallel-size", "3"
@@ -396,7 +396,7 @@ def test_deepseek_v2_lite_caches_one_mla_latent_per_token_and_layer(capsys):
     # one layer's block (vLLM's MLAAttentionSpec page): 16 x 576 x 2 B = 18,432 B
     assert (r["page_size_bytes"], r["bytes_per_block"]) == (18_432, 497_664)
     # 21,474,836,480 // 18,432 = 1,165,084 // 27 = 43,151 blocks = 690,416 tokens
-    assert (r["num_blocks"], r["num_tokens"]) == (43_151, 690_416)
+    assert (r["num_gpu_blocks"], r["num_tokens"]) == (43_151, 690_416)
 
 
 def test_an_mla_latent_is_whole_on_every_tensor_parallel_gpu(capsys):

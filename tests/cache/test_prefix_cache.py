@@ -123,12 +123,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         eviction=st.sampled_from(["lru", "lfu", "fifo"]),
         block_size=st.sampled_from([1, 2, 3]),
         collide=st.booleans(),
-        num_blocks=st.integers(3, 8),
+        num_gpu_blocks=st.integers(3, 8),
     )
-    def setup(self, eviction, block_size, collide, num_blocks):
+    def setup(self, eviction, block_size, collide, num_gpu_blocks):
         hash_fn = (lambda parent, tokens: 0) if collide else chained_hash
         self.m = PrefixCachingManager(
-            num_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False
+            num_gpu_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False
         )
         self.kv = {}
         self.tokens = {}  # seq -> tokens whose KV is written (its computed tokens)

@@ -197,7 +197,7 @@ def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
     )
     m = SlidingWindowPrefixCachingManager(need + spare, bs, sliding_window=window, trace=False)
     s = make_scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
-    assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
+    assert s.finished == len(reqs) and m.num_free_blocks == m.num_gpu_blocks
 
 
 def free_hit_holders(manager, short, protect):
@@ -215,9 +215,9 @@ def free_hit_holders(manager, short, protect):
     st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)), min_size=1, max_size=8),
 )
 def test_a_reclaimer_that_frees_the_hits_is_replanned_and_refusals_change_nothing(
-    num_blocks, bs, requests
+    num_gpu_blocks, bs, requests
 ):
-    m = PrefixCachingManager(num_blocks, bs, trace=False)
+    m = PrefixCachingManager(num_gpu_blocks, bs, trace=False)
     m.reclaimer = free_hit_holders
     prefix = [7] * 12
     for i, (kind, n) in enumerate(requests):
@@ -227,14 +227,14 @@ def test_a_reclaimer_that_frees_the_hits_is_replanned_and_refusals_change_nothin
             m.add_sequence(i, n, tokens)
         except OutOfBlocks:
             assert state(m)[:5] == m.after_reclaim[:5]  # free list, counts, tables, cache, stats
-            assert n > num_blocks * bs  # refused only when the pool is really too small
+            assert n > num_gpu_blocks * bs  # refused only when the pool is really too small
         m.check_invariants()
     used = {b for s in m.seq_ids() for b in m.block_table(s)}
-    assert m.num_free_blocks == num_blocks - len(used)
+    assert m.num_free_blocks == num_gpu_blocks - len(used)
 
 
 def test_a_lookahead_slot_in_a_shared_partly_filled_block_copies_it_first_or_changes_nothing():
-    m = PrefixCachingManager(num_blocks=3, block_size=4)
+    m = PrefixCachingManager(num_gpu_blocks=3, block_size=4)
     m.allocate_slots("a", 5, new_token_ids=list(range(5)))
     m.fork("a", "b")  # v0 sharing: b's last block (1 of 4 slots used) is a's too
     m.add_sequence("c", 4)  # takes the last free block
@@ -263,7 +263,7 @@ def _served(managers, prompts, check):
 def test_one_prompt_served_again_and_again_keeps_the_eviction_heap_bounded():
     m = PrefixCachingManager(6, 2)
     _served([(m, COMPACT)], [[1, 2, 3, 4, 5]] * 60, m.check_invariants)
-    assert len(m.pool._heap) <= 2 * m.num_blocks
+    assert len(m.pool._heap) <= 2 * m.num_gpu_blocks
 
 
 @settings(max_examples=30, deadline=None)
@@ -279,7 +279,7 @@ def test_compacting_the_eviction_heap_never_changes_what_is_evicted(prompts, evi
 
     def check():
         assert state(lazy) == state(compacted)
-        assert len(compacted.pool._heap) <= 2 * compacted.num_blocks
+        assert len(compacted.pool._heap) <= 2 * compacted.num_gpu_blocks
         compacted.check_invariants()
 
     _served([(lazy, lambda self: None), (compacted, COMPACT)], prompts, check)

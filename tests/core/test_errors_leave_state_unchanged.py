@@ -78,9 +78,9 @@ def test_sharing_or_taking_a_block_in_the_wrong_state_is_refused(busy_pool):
 @pytest.mark.parametrize(
     "kwargs",
     [
-        dict(num_blocks=0, block_size=4),
-        dict(num_blocks=4, block_size=0),
-        dict(num_blocks=4, block_size=4, free_order="random"),
+        dict(num_gpu_blocks=0, block_size=4),
+        dict(num_gpu_blocks=4, block_size=0),
+        dict(num_gpu_blocks=4, block_size=4, free_order="random"),
     ],
 )
 def test_a_pool_with_bad_parameters_is_refused(kwargs):

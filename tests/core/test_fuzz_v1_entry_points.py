@@ -215,24 +215,27 @@ def test_an_unknown_scheduling_policy_is_refused(name, error):
 
 
 @pytest.mark.parametrize(
-    "host_blocks, error",
+    "num_cpu_blocks, error",
     [(-1, ValueError), (2.5, TypeError), ("8", TypeError), (1 << 30, ValueError)],
 )
-def test_a_host_pool_of_a_bad_size_is_refused(host_blocks, error):
+def test_a_host_pool_of_a_bad_size_is_refused(num_cpu_blocks, error):
     from pagedsim.policies import HostPool, make_policy
 
-    with pytest.raises(error, match="host_blocks"):
-        HostPool(host_blocks)
-    with pytest.raises(error, match="host_blocks"):
-        make_policy("swap", host_blocks=host_blocks)
+    with pytest.raises(error, match="num_cpu_blocks"):
+        HostPool(num_cpu_blocks)
+    with pytest.raises(error, match="num_cpu_blocks"):
+        make_policy("swap", num_cpu_blocks=num_cpu_blocks)
 
 
-@pytest.mark.parametrize("value", ["0", "-3", "x", "1.5"])
-def test_play_hybrid_with_a_bad_window_exits_2_with_one_line(value, capsys):
+@pytest.mark.parametrize(
+    "window",
+    [["--sliding-window", "0"], ["--sliding-window", "x"], ["--sliding-window", "1.5"], []],
+)
+def test_play_hybrid_with_a_bad_or_no_window_exits_2_with_one_line(window, capsys):
     from pagedsim.app import play
 
     with pytest.raises(SystemExit) as e:
-        play.main(["--hybrid", value])
+        play.main(["--hybrid", *window])
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err and "Traceback" not in "\n".join(err) and "hybrid" in err[-1]
+    assert err and "Traceback" not in "\n".join(err) and "sliding-window" in err[-1]

@@ -105,8 +105,8 @@ def test_bad_construction_arguments_are_refused(kwargs, error):
     st.integers(1, 5),
     st.integers(4, 14),
 )
-def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
-    m = HybridManager(num_blocks, B, sliding_window=window, trace=False)
+def test_random_operations_keep_both_groups_consistent(ops, window, num_gpu_blocks):
+    m = HybridManager(num_gpu_blocks, B, sliding_window=window, trace=False)
     k = 0
     for op, tokens in ops:
         before = state(m)
@@ -129,7 +129,7 @@ def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
         m.check_invariants()
     for s in m.seq_ids():
         m.free_sequence(s)
-    assert m.num_free_blocks == num_blocks
+    assert m.num_free_blocks == num_gpu_blocks
 
 
 def test_bad_calls_are_refused_with_nothing_changed():
@@ -153,7 +153,7 @@ def test_bad_calls_are_refused_with_nothing_changed():
 def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork():
     from pagedsim.app.play_session import Options, Refused, Session
 
-    s = Session(Options(num_gpu_blocks=14, hybrid=6))
+    s = Session(Options(num_gpu_blocks=14, sliding_window=6, hybrid=True))
     s.run("alloc A 10 hello")
     s.run("alloc B 10 hello")  # the same prompt: both groups hit
     snap = s.current()
@@ -166,9 +166,12 @@ def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork
     assert "OutOfBlocks, nothing changed" in story.caption(s.timeline()[-1])
     assert s.manager.seq_ids() == ["A", "B"]
     for bad in (
-        {"enable_prefix_caching": True},
-        {"sliding_window": 4},
-        {"preemption_mode": "swap"},
+        {"enable_prefix_caching": True, "sliding_window": 6},
+        {"sliding_window": None},
+        {"sliding_window": 0},
+        {"preemption_mode": "swap", "sliding_window": 6},
     ):
         with pytest.raises(Refused):
-            Session(Options(hybrid=6, **bad))
+            Session(Options(hybrid=True, **bad))
+    with pytest.raises(Refused, match="hybrid must be True or False, got 6"):
+        Session(Options(hybrid=6))  # the window is sliding_window's, not hybrid's

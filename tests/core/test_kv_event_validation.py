@@ -302,11 +302,11 @@ def test_replaying_some_frames_gives_those_frames_of_the_full_replay(events, dat
 def test_a_summarised_snapshot_fits_its_limits_and_only_points_inside_its_pool(events, blocks):
     for snap in ke.replay(events):
         small = ke.summarised(snap, blocks)
-        assert small.num_blocks <= blocks
-        assert len(small.ref_counts) == len(small.block_fill) == small.num_blocks
-        assert all(b < small.num_blocks for b in small.cached_blocks)
+        assert small.num_gpu_blocks <= blocks
+        assert len(small.ref_counts) == len(small.block_fill) == small.num_gpu_blocks
+        assert all(b < small.num_gpu_blocks for b in small.cached_blocks)
         if small is snap:
-            assert snap.num_blocks <= blocks
+            assert snap.num_gpu_blocks <= blocks
         else:
             assert "[summary: " in caption(small)
 

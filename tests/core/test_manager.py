@@ -215,6 +215,19 @@ def test_a_trace_with_a_prefix_cache_reset_loads_back():
     assert snaps == m.trace.snapshots
 
 
+def test_a_trace_saved_with_the_old_num_blocks_key_is_refused_naming_the_new_one():
+    m = KVCacheManager(4, 2)
+    m.add_sequence("A", 3)
+    data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
+    for snap in data["snapshots"]:
+        snap["num_blocks"] = snap.pop("num_gpu_blocks")  # as saved before issue 41
+    with pytest.raises(ValueError) as e:
+        trace_json.snapshots_from_dict(data)
+    assert str(e.value) == (
+        "snapshot 0: 'num_blocks' is now 'num_gpu_blocks' (vLLM v1's name); save the trace again"
+    )
+
+
 def test_describe_never_returns_an_empty_caption():
     assert describe([]) == "nothing changed"
 

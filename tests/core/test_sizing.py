@@ -33,7 +33,7 @@ def test_align_up_rounds_up_to_the_boundary():
 
 def test_fit_blocks_reports_count_and_padding():
     fit = fit_blocks(10_000, 1000)  # stride 1024: 9 blocks, 24 bytes of padding each
-    assert (fit.num_blocks, fit.stride_bytes, fit.padding_bytes) == (9, 1024, 9 * 24)
+    assert (fit.num_gpu_blocks, fit.stride_bytes, fit.padding_bytes) == (9, 1024, 9 * 24)
     assert fit.unused_bytes == 10_000 - 9 * 1024
     assert fit_blocks(10_000, 1024).padding_bytes == 0
 
@@ -53,7 +53,11 @@ def test_a_model_spec_rejects_nonsense():
 def test_kv_capacity_of_llama_3_8b_in_16_gib_worked_by_hand():
     cap = kv_capacity(preset("llama-3-8b"), 16, 16 * 2**30, 8192)
     # page: 2 x 16 x 8 x 128 x 2 = 65,536 B; 2**34 // 65,536 = 262,144 // 32 layers = 8,192
-    assert (cap.page_size_bytes, cap.bytes_per_block, cap.num_blocks) == (65_536, 2_097_152, 8_192)
+    assert (cap.page_size_bytes, cap.bytes_per_block, cap.num_gpu_blocks) == (
+        65_536,
+        2_097_152,
+        8_192,
+    )
     assert (cap.num_tokens, cap.blocks_per_request, cap.max_concurrency) == (131_072, 512, 16.0)
 
 
@@ -74,12 +78,12 @@ def test_kv_capacity_is_vllms_two_step_division(
     )
     cap = kv_capacity(spec, block_size, available, max_len)
     page = 2 * block_size * kv_heads * head_dim * dtype  # vLLM's FullAttentionSpec.page_size_bytes
-    assert cap.num_blocks == int(available // page // layers)  # get_num_blocks
-    assert cap.num_blocks == available // spec.bytes_per_block(block_size)  # the same, once
-    used = cap.num_blocks * cap.bytes_per_block
+    assert cap.num_gpu_blocks == int(available // page // layers)  # get_num_blocks
+    assert cap.num_gpu_blocks == available // spec.bytes_per_block(block_size)  # the same, once
+    used = cap.num_gpu_blocks * cap.bytes_per_block
     assert used <= available < used + cap.bytes_per_block
-    assert cap.num_tokens == cap.num_blocks * block_size
-    assert cap.max_concurrency == cap.num_blocks / -(-max_len // block_size)
+    assert cap.num_tokens == cap.num_gpu_blocks * block_size
+    assert cap.max_concurrency == cap.num_gpu_blocks / -(-max_len // block_size)
 
 
 def test_kv_capacity_refuses_nonsense_naming_the_argument():

@@ -147,15 +147,15 @@ class ManagerMachine(RuleBasedStateMachine):
     pool_factory = BlockPool  # replaced by a buggy pool in the mutation test below
 
     @initialize(
-        num_blocks=st.integers(1, 24),
+        num_gpu_blocks=st.integers(1, 24),
         block_size=st.sampled_from([1, 2, 4, 8]),
         order=st.sampled_from(["lifo", "fifo"]),
         trace=st.booleans(),
     )
-    def make(self, num_blocks, block_size, order, trace):
-        self.m = KVCacheManager(num_blocks, block_size, free_order=order, trace=trace)
-        self.m.pool = self.pool_factory(num_blocks, block_size, order)
-        self.memory = np.full(num_blocks * block_size, -1, dtype=np.int64)  # shadow KV cache
+    def make(self, num_gpu_blocks, block_size, order, trace):
+        self.m = KVCacheManager(num_gpu_blocks, block_size, free_order=order, trace=trace)
+        self.m.pool = self.pool_factory(num_gpu_blocks, block_size, order)
+        self.memory = np.full(num_gpu_blocks * block_size, -1, dtype=np.int64)  # shadow KV cache
         self.tokens = {}  # seq id -> the values it wrote, in order
         self.next_id = 0
         self.next_value = 0
@@ -255,7 +255,9 @@ class ManagerMachine(RuleBasedStateMachine):
         for seq in list(self.tokens):
             self.m.free_sequence(seq)
         self.m.check_invariants()
-        assert self.m.pool.num_free_blocks == self.m.num_blocks, "blocks leaked after freeing all"
+        assert self.m.pool.num_free_blocks == self.m.num_gpu_blocks, (
+            "blocks leaked after freeing all"
+        )
         assert sum(self.m.pool.ref_counts()) == 0
 
 
@@ -293,8 +295,8 @@ def test_the_state_machine_catches_a_count_that_is_never_decremented():
 
 
 def kit_factory(order, trace):
-    def factory(num_blocks, block_size):
-        return KVCacheManager(num_blocks, block_size, free_order=order, trace=trace)
+    def factory(num_gpu_blocks, block_size):
+        return KVCacheManager(num_gpu_blocks, block_size, free_order=order, trace=trace)
 
     return factory
 
@@ -303,7 +305,7 @@ def kit_factory(order, trace):
 def test_kv_cache_manager_conforms_through_the_testing_kit(order, trace):
     machine = manager_machine(
         kit_factory(order, trace),
-        num_blocks=st.integers(1, 24),
+        num_gpu_blocks=st.integers(1, 24),
         block_size=st.sampled_from([1, 2, 4, 8]),
         check_free_order=order,
         invalid_ids=True,
@@ -314,9 +316,9 @@ def test_kv_cache_manager_conforms_through_the_testing_kit(order, trace):
 
 
 def test_the_testing_kit_catches_a_count_that_is_never_decremented():
-    def factory(num_blocks, block_size):
-        m = KVCacheManager(num_blocks, block_size, trace=False)
-        m.pool = PoolThatNeverDecrements(num_blocks, block_size)
+    def factory(num_gpu_blocks, block_size):
+        m = KVCacheManager(num_gpu_blocks, block_size, trace=False)
+        m.pool = PoolThatNeverDecrements(num_gpu_blocks, block_size)
         return m
 
     with pytest.raises(NonConformance, match=r"m.free_sequence\(0\)  +# <- fails here"):

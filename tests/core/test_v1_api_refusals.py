@@ -62,17 +62,17 @@ def full_state(m) -> tuple:
 
 class RaisingHashMachine(RuleBasedStateMachine):
     @initialize(
-        num_blocks=st.integers(2, 12),
+        num_gpu_blocks=st.integers(2, 12),
         bs=st.sampled_from([1, 2, 3]),
         window=st.none() | st.integers(1, 6),
     )
-    def make(self, num_blocks, bs, window):
+    def make(self, num_gpu_blocks, bs, window):
         self.hash = FlakyHash()
         if window is None:
-            self.m = PrefixCachingManager(num_blocks, bs, hash_fn=self.hash, trace=False)
+            self.m = PrefixCachingManager(num_gpu_blocks, bs, hash_fn=self.hash, trace=False)
         else:
             self.m = SlidingWindowPrefixCachingManager(
-                num_blocks, bs, sliding_window=window, hash_fn=self.hash, trace=False
+                num_gpu_blocks, bs, sliding_window=window, hash_fn=self.hash, trace=False
             )
         self.next_id = 0
         self.swapped = {}  # seq -> (labels, num_tokens, prefix state), freed for a swap-in
@@ -176,10 +176,10 @@ class HybridRefusalMachine(RuleBasedStateMachine):
     """Good calls grow and free sequences; each bad call must raise and change nothing."""
 
     @initialize(
-        num_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 4]), window=st.integers(1, 8)
+        num_gpu_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 4]), window=st.integers(1, 8)
     )
-    def make(self, num_blocks, bs, window):
-        self.m = HybridManager(num_blocks, bs, sliding_window=window, trace=False)
+    def make(self, num_gpu_blocks, bs, window):
+        self.m = HybridManager(num_gpu_blocks, bs, sliding_window=window, trace=False)
         self.next_id = 0
 
     def refused(self, error, call):

@@ -15,8 +15,8 @@ from tests.helpers import manager_state
 BS = 4
 
 
-def cached_manager(num_blocks=8, **kw):
-    return PrefixCachingManager(num_blocks, BS, enable_kv_cache_events=True, **kw)
+def cached_manager(num_gpu_blocks=8, **kw):
+    return PrefixCachingManager(num_gpu_blocks, BS, enable_kv_cache_events=True, **kw)
 
 
 # ---- reset_prefix_cache ----------------------------------------------------------------------
@@ -61,7 +61,7 @@ def test_a_decode_that_fills_a_block_chains_its_event_from_the_previous_block():
 
 
 def test_an_eviction_publishes_block_removed_for_the_overwritten_hash():
-    m = cached_manager(num_blocks=2)
+    m = cached_manager(num_gpu_blocks=2)
     m.allocate_slots("a", 8, new_token_ids=list(range(8)))
     hashes = m.take_events()[0].block_hashes
     m.free_sequence("a")
@@ -134,7 +134,7 @@ def test_bad_extra_keys_are_refused_with_nothing_changed(kwargs, error):
 
 # ---- common prefix blocks ------------------------------------------------------------------------
 def test_common_prefix_blocks_are_those_every_running_request_holds():
-    m = cached_manager(num_blocks=16)
+    m = cached_manager(num_gpu_blocks=16)
     shared = list(range(8))
     for i, tail in enumerate(([90, 91, 92], [93, 94, 95], [96])):
         hit = m.get_computed_blocks(shared + tail)
@@ -204,7 +204,7 @@ def test_a_stream_in_vllms_format_replays_into_the_cached_blocks_it_names():
 
 
 def test_events_written_by_pagedsim_read_back_the_same():
-    m = cached_manager(num_blocks=2)
+    m = cached_manager(num_gpu_blocks=2)
     m.allocate_slots("a", 8, new_token_ids=list(range(8)))
     m.free_sequence("a")
     m.allocate_slots("b", 4, new_token_ids=[7, 7, 7, 7])

@@ -26,16 +26,18 @@ LORAS = st.sampled_from([None, None, 3])
 
 class V1CacheMachine(RuleBasedStateMachine):
     @initialize(
-        num_blocks=st.integers(2, 10),
+        num_gpu_blocks=st.integers(2, 10),
         bs=st.sampled_from([1, 2, 3]),
         window=st.none() | st.integers(1, 6),
     )
-    def make(self, num_blocks, bs, window):
+    def make(self, num_gpu_blocks, bs, window):
         if window is None:
-            self.m = PrefixCachingManager(num_blocks, bs, enable_kv_cache_events=True, trace=False)
+            self.m = PrefixCachingManager(
+                num_gpu_blocks, bs, enable_kv_cache_events=True, trace=False
+            )
         else:
             self.m = SlidingWindowPrefixCachingManager(
-                num_blocks, bs, sliding_window=window, enable_kv_cache_events=True, trace=False
+                num_gpu_blocks, bs, sliding_window=window, enable_kv_cache_events=True, trace=False
             )
         self.published = Counter()  # hashes cached, as the events tell it
         self.next_id = 0
@@ -92,7 +94,7 @@ class V1CacheMachine(RuleBasedStateMachine):
     @rule()
     def reset(self):
         before = manager_state(self.m)
-        busy = self.m.pool.num_free_blocks != self.m.pool.num_blocks
+        busy = self.m.pool.num_free_blocks != self.m.pool.num_gpu_blocks
         assert self.m.reset_prefix_cache() is (not busy)
         if busy:
             assert manager_state(self.m) == before
@@ -101,7 +103,7 @@ class V1CacheMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def evict(self, data):
-        ids = data.draw(st.lists(st.integers(0, self.m.num_blocks - 1), max_size=3))
+        ids = data.draw(st.lists(st.integers(0, self.m.num_gpu_blocks - 1), max_size=3))
         self.m.pool.evict_blocks(ids)
         assert not any(self.m.pool.is_cached(b) for b in ids)
 
@@ -110,7 +112,7 @@ class V1CacheMachine(RuleBasedStateMachine):
         self.m.check_invariants()
         self.absorb_events()
         held = Counter(
-            self.m.pool.hash_of(b) for b in range(self.m.num_blocks) if self.m.pool.is_cached(b)
+            self.m.pool.hash_of(b) for b in range(self.m.num_gpu_blocks) if self.m.pool.is_cached(b)
         )
         assert self.published == held
 

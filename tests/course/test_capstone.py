@@ -236,12 +236,14 @@ def test_lesson_3_8_serves_the_mix_on_your_code_or_says_what_is_missing(
 @st.composite
 def views(draw):
     """A manager's state: tables of distinct blocks, their counts, the rest free in some order."""
-    num_blocks = draw(st.integers(2, 12))
-    used = draw(st.lists(st.integers(0, num_blocks - 1), unique=True, max_size=num_blocks - 1))
+    num_gpu_blocks = draw(st.integers(2, 12))
+    used = draw(
+        st.lists(st.integers(0, num_gpu_blocks - 1), unique=True, max_size=num_gpu_blocks - 1)
+    )
     cut = draw(st.integers(0, len(used)))
     seqs = {"a": (used[:cut], 2 * cut), "b": (used[cut:], 2 * (len(used) - cut))}
-    refs = [1 if b in used else 0 for b in range(num_blocks)]
-    free = draw(st.permutations([b for b in range(num_blocks) if b not in used]))
+    refs = [1 if b in used else 0 for b in range(num_gpu_blocks)]
+    free = draw(st.permutations([b for b in range(num_gpu_blocks) if b not in used]))
     return View(seqs, refs, list(free), len(free))
 
 

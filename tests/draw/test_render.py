@@ -27,10 +27,10 @@ def by_gid(fig, pattern):
 def check_consistent(snap, fig):
     """What every rendered snapshot must satisfy, whatever the state."""
     blocks = by_gid(fig, r"block-\d+")
-    assert len(blocks) == snap.num_blocks
+    assert len(blocks) == snap.num_gpu_blocks
     badges = by_gid(fig, r"badge-\d+")
     colours = style.seq_colours([snap])
-    for b in range(snap.num_blocks):
+    for b in range(snap.num_gpu_blocks):
         face = to_hex(blocks[f"block-{b}"].get_facecolor())
         if snap.ref_counts[b] == 0:
             assert face == to_hex(palette.FREE), f"free block {b} is not drawn in the free colour"
@@ -52,7 +52,7 @@ def test_every_tour_step_draws_one_patch_per_block_with_correct_colours_and_badg
 def test_a_shared_block_shows_both_owners_and_a_count_of_two(tour_snaps):
     fork = next(s for s in tour_snaps if any(e.kind == "sequence_forked" for e in s.events))
     fig = render(fork)
-    shared = [b for b in range(fork.num_blocks) if fork.ref_counts[b] == 2]
+    shared = [b for b in range(fork.num_gpu_blocks) if fork.ref_counts[b] == 2]
     assert shared, "the fork step should share blocks"
     for b in shared:
         assert by_gid(fig, f"badge-{b}")[f"badge-{b}"].get_text() == "2"

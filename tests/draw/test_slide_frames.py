@@ -38,7 +38,7 @@ def test_the_copy_label_and_arrow_cover_no_block(tour_snaps):
     renderer = fig.canvas.get_renderer()
     ((src, dst),) = snap.pending_copies
     blocks = [p for p in ax.patches if (p.get_gid() or "").startswith("block-")]
-    assert len(blocks) == snap.num_blocks
+    assert len(blocks) == snap.num_gpu_blocks
     marks = [
         next(t for t in ax.texts if t.get_gid() == f"copy-label-{src}-{dst}"),
         next(p for p in ax.patches if p.get_gid() == f"copy-{src}-{dst}"),

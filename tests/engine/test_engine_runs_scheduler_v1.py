@@ -26,13 +26,13 @@ MODELS = {
 }
 
 
-def v1_manager(kind, num_blocks, block_size, caching):
+def v1_manager(kind, num_gpu_blocks, block_size, caching):
     """The manager the v1 engine builds for a model of this kind (paged._v1_manager)."""
     if kind == "hybrid":
-        return HybridManager(num_blocks, block_size, sliding_window=WINDOW)
+        return HybridManager(num_gpu_blocks, block_size, sliding_window=WINDOW)
     if kind == "window":
-        return SlidingWindowPrefixCachingManager(num_blocks, block_size, sliding_window=WINDOW)
-    return (PrefixCachingManager if caching else KVCacheManager)(num_blocks, block_size)
+        return SlidingWindowPrefixCachingManager(num_gpu_blocks, block_size, sliding_window=WINDOW)
+    return (PrefixCachingManager if caching else KVCacheManager)(num_gpu_blocks, block_size)
 
 
 @st.composite
@@ -60,10 +60,10 @@ def workloads(draw):
 
 def scheduler_alone(kind, requests, outputs, workload):
     """SchedulerV1 on its own, handed the engine's tokens: its batches, step by step."""
-    _, block_size, num_blocks, budget, caching = workload
+    _, block_size, num_gpu_blocks, budget, caching = workload
     scheduler = SchedulerV1(
         [Workload(len(r.prompt), r.max_tokens) for r in requests],
-        v1_manager(kind, num_blocks, block_size, caching),
+        v1_manager(kind, num_gpu_blocks, block_size, caching),
         SchedulerConfig(max_num_batched_tokens=budget),
         CacheConfig(enable_prefix_caching=caching),
         columns=RequestColumns(tokens=[r.prompt for r in requests], output_tokens=outputs),
@@ -89,12 +89,12 @@ def scheduler_alone(kind, requests, outputs, workload):
 @settings(max_examples=25, deadline=None)
 @given(workload=workloads())
 def test_the_v1_engine_schedules_what_scheduler_v1_schedules(kind, workload):
-    requests, block_size, num_blocks, budget, caching = workload
+    requests, block_size, num_gpu_blocks, budget, caching = workload
     model = MODELS[kind]
     engine = PagedEngine(
         model,
         CacheConfig(
-            block_size=block_size, num_gpu_blocks=num_blocks, enable_prefix_caching=caching
+            block_size=block_size, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=caching
         ),
         SchedulerConfig(max_num_batched_tokens=budget, preemption_mode="recompute"),
         backend="numpy",
@@ -105,4 +105,4 @@ def test_the_v1_engine_schedules_what_scheduler_v1_schedules(kind, workload):
     assert outputs == [d.outputs()[0] for d in DenseEngine(model).generate(requests)]
     alone = scheduler_alone(kind, requests, outputs, workload)
     assert [rec["seqs"] for rec in engine.log] == alone
-    assert engine.manager.num_free_blocks == num_blocks
+    assert engine.manager.num_free_blocks == num_gpu_blocks

@@ -23,7 +23,7 @@ LOGIT_TOL = 1e-4  # float32 rounding through the layers; logits are O(10)
 
 @st.composite
 def mixes(draw, max_requests=4, max_prompt=12):
-    """(requests, block_size, num_blocks, budget, policy, prefix_caching)."""
+    """(requests, block_size, num_gpu_blocks, budget, policy, prefix_caching)."""
     block_size = draw(st.sampled_from([1, 2, 4, 8]))
     prefix = tuple(draw(st.lists(st.integers(0, 95), min_size=0, max_size=8)))
     requests = []
@@ -44,12 +44,12 @@ def mixes(draw, max_requests=4, max_prompt=12):
             )
         )
     worst = max(r.width * blocks_needed(len(r.prompt) + r.max_tokens, block_size) for r in requests)
-    num_blocks = worst + draw(st.integers(0, 6))  # tight pools preempt
+    num_gpu_blocks = worst + draw(st.integers(0, 6))  # tight pools preempt
     budget = max(r.width for r in requests) + draw(st.integers(0, 8))  # small budgets chunk
     return (
         requests,
         block_size,
-        num_blocks,
+        num_gpu_blocks,
         budget,
         draw(st.sampled_from(["recompute", "swap"])),
         draw(st.booleans()),
@@ -57,13 +57,13 @@ def mixes(draw, max_requests=4, max_prompt=12):
 
 
 def assert_same(model, mix, backend):
-    requests, block_size, num_blocks, budget, policy, caching = mix
+    requests, block_size, num_gpu_blocks, budget, policy, caching = mix
     # v1 serves what vLLM v1's scheduler serves; beams, n > 1 and swapping are v0's
     v1 = policy == "recompute" and all(r.width == 1 and not r.beam_width for r in requests)
     engine = PagedEngine(
         model,
         CacheConfig(
-            block_size=block_size, num_gpu_blocks=num_blocks, enable_prefix_caching=caching
+            block_size=block_size, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=caching
         ),
         SchedulerConfig(max_num_batched_tokens=budget, preemption_mode=policy),
         mode="v1" if v1 else "v0",
@@ -77,7 +77,7 @@ def assert_same(model, mix, backend):
         assert set(p.logits) == set(d.logits)
         for key, row in d.logits.items():
             np.testing.assert_allclose(p.logits[key], row, rtol=0, atol=LOGIT_TOL)
-    assert engine.manager.num_free_blocks == num_blocks, "every block came back"
+    assert engine.manager.num_free_blocks == num_gpu_blocks, "every block came back"
     return engine
 
 

@@ -68,12 +68,12 @@ def bad_token_ids(n):
 @st.composite
 def busy_managers(draw, window=False):
     """A manager (plain or sliding-window) after a few random valid operations."""
-    num_blocks = draw(st.integers(2, 16))
+    num_gpu_blocks = draw(st.integers(2, 16))
     block_size = draw(st.sampled_from([1, 2, 4]))
     trace = draw(st.booleans())
     if window:
         m = SlidingWindowManager(
-            num_blocks,
+            num_gpu_blocks,
             block_size,
             sliding_window=draw(st.integers(1, 6)),
             sinks=draw(st.integers(0, 3)),
@@ -81,7 +81,10 @@ def busy_managers(draw, window=False):
         )
     else:
         m = KVCacheManager(
-            num_blocks, block_size, trace=trace, free_order=draw(st.sampled_from(["lifo", "fifo"]))
+            num_gpu_blocks,
+            block_size,
+            trace=trace,
+            free_order=draw(st.sampled_from(["lifo", "fifo"])),
         )
     for i in range(draw(st.integers(1, 5))):
         op = draw(st.sampled_from(["add", "append", "fork", "decode", "free"]))

@@ -112,14 +112,17 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
         for v in ("0", "-1", "inf", "1e9")
     },
     "play --block-size nan": (["play", "script.txt", "--block-size", "nan"], "--block-size"),
-    "play --window 0": (["play", "script.txt", "--window", "0"], "--window"),
+    "play --sliding-window 0": (
+        ["play", "script.txt", "--sliding-window", "0"],
+        "--sliding-window",
+    ),
     "play --trace T SCRIPT": (["play", "--trace", "good.json", "script.txt"], "give one of"),
     "play --events E SCRIPT": (["play", "--events", "good.json", "script.txt"], "give one of"),
     "play --events E --trace T": (
         ["play", "--events", "e.jsonl", "--trace", "good.json"],
         "give one of",
     ),
-    "play --hybrid 0": (["play", "script.txt", "--hybrid", "0"], "--hybrid"),
+    "play --hybrid with no window": (["play", "script.txt", "--hybrid"], "--sliding-window"),
     "play --events of a missing file": (["play", "--events", "missing.jsonl"], "missing.jsonl"),
     "play --trace of a missing file": (["play", "--trace", "missing.json"], "missing.json"),
     "play --trace of a script": (["play", "--trace", "script.txt"], "not JSON"),
@@ -195,7 +198,7 @@ TRACES = {  # name: (a change to the last snapshot, a word the ValueError names)
     "free_list naming a block twice": (_set("free_list", [2, 2]), "twice"),
     "block_size 0": (_set("block_size", 0), "block_size"),
     "block_size nan": (_set("block_size", float("nan")), "block_size"),
-    "num_blocks -3": (_set("num_blocks", -3), "num_blocks"),
+    "num_gpu_blocks -3": (_set("num_gpu_blocks", -3), "num_gpu_blocks"),
     "block_fill 999": (lambda s: s["block_fill"].__setitem__(0, 999), "block_fill"),
     "ref_counts -1": (lambda s: s["ref_counts"].__setitem__(0, -1), "ref_counts"),
     "step 'one'": (_set("step", "one"), "step"),

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pagedsim import NULL_BLOCK, BlockError, BlockPool, KVCacheManager, OutOfBlocks
-from pagedsim.errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
+from pagedsim.errors import MAX_BLOCK_SIZE, MAX_NUM_GPU_BLOCKS
 from pagedsim.policies import SlidingWindowManager
 
 from .kit import WRONG_TYPES, bad_counts, bad_seq_ids_arg, bad_token_ids, busy_managers, is_clean
@@ -28,8 +28,8 @@ def refused(state_of, obj, call, error):
 
 @FUZZ
 @given(
-    bad=st.one_of(bad_counts(MAX_NUM_BLOCKS), st.just((0, ValueError))),
-    which=st.sampled_from(["num_blocks", "block_size"]),
+    bad=st.one_of(bad_counts(MAX_NUM_GPU_BLOCKS), st.just((0, ValueError))),
+    which=st.sampled_from(["num_gpu_blocks", "block_size"]),
 )
 def test_a_pool_or_manager_of_a_bad_size_is_never_built(bad, which):
     value, error = bad
@@ -37,10 +37,10 @@ def test_a_pool_or_manager_of_a_bad_size_is_never_built(bad, which):
         which == "block_size"
         and isinstance(value, int)
         and not isinstance(value, bool)
-        and MAX_NUM_BLOCKS < value <= MAX_BLOCK_SIZE
+        and MAX_NUM_GPU_BLOCKS < value <= MAX_BLOCK_SIZE
     ):
         return
-    args = {"num_blocks": 4, "block_size": 2, which: value}
+    args = {"num_gpu_blocks": 4, "block_size": 2, which: value}
     for make in (
         BlockPool,
         KVCacheManager,
@@ -170,8 +170,8 @@ def test_a_reclaimer_runs_before_out_of_blocks_and_the_request_is_planned_again(
             manager.free_sequence(s)
 
     m.reclaimer = reclaim
-    want = data.draw(st.integers(0, 4 * m.num_blocks * m.block_size))
-    fits_after_all = -(-want // m.block_size) <= m.num_blocks
+    want = data.draw(st.integers(0, 4 * m.num_gpu_blocks * m.block_size))
+    fits_after_all = -(-want // m.block_size) <= m.num_gpu_blocks
     try:
         m.add_sequence("big", want)
     except OutOfBlocks:

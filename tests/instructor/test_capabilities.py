@@ -168,7 +168,7 @@ NAMES = st.one_of(
             "_ref",
             "allocate",
             "free",
-            "num_blocks",
+            "num_gpu_blocks",
             "count",
             "copy",
             "send",

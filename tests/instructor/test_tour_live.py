@@ -76,7 +76,7 @@ def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_
     from pagedsim.manager import KVCacheManager
     from pagedsim.text.captions import describe
 
-    m = KVCacheManager(num_blocks=8, block_size=2)
+    m = KVCacheManager(num_gpu_blocks=8, block_size=2)
     m.add_sequence("A", 2)
     m.fork("A", "B")
     m.add_sequence("C", 1)

@@ -45,7 +45,7 @@ def fill_cache(mgr, rng, num_kv_heads, head_dim, dtype):
 
     Returns (cache written by the kernel, truth cache built with NumPy). Shared slots
     (forked prefixes) get one value, as they hold one token."""
-    truth = np.full((mgr.num_blocks, 2, num_kv_heads, mgr.block_size, head_dim), np.nan, dtype)
+    truth = np.full((mgr.num_gpu_blocks, 2, num_kv_heads, mgr.block_size, head_dim), np.nan, dtype)
     slots = np.unique(np.concatenate([mgr.slot_mapping(s) for s in mgr.seq_ids()]))
     key = rng.standard_normal((len(slots), num_kv_heads, head_dim)).astype(dtype)
     value = rng.standard_normal((len(slots), num_kv_heads, head_dim)).astype(dtype)
@@ -95,11 +95,11 @@ def test_shuffling_physical_blocks_and_rewriting_tables_leaves_the_output_unchan
     lens = np.array([mgr.num_tokens(s) for s in seqs], np.int32)
     query = random_query(rng, len(seqs), 2, 8)
     before = ck.paged_attention(query, cache, tables, lens)
-    perm = rng.permutation(mgr.num_blocks)  # block b moves to perm[b]
+    perm = rng.permutation(mgr.num_gpu_blocks)  # block b moves to perm[b]
     moved = np.empty_like(cache)
     moved[perm] = cache
     new_tables = np.where(
-        tables < mgr.num_blocks, perm[np.minimum(tables, mgr.num_blocks - 1)], tables
+        tables < mgr.num_gpu_blocks, perm[np.minimum(tables, mgr.num_gpu_blocks - 1)], tables
     ).astype(np.int32)
     after = ck.paged_attention(query, moved, new_tables, lens)
     assert np.isfinite(before).all()

@@ -8,7 +8,7 @@ Translations:
       `prepend_n` is `CachingBlockPool.release` of unhashed blocks (to the head, in order).
       A queue that starts in an arbitrary order is made by allocating every block and
       freeing them in that order. `fake_free_list_head/tail` are the sentinel ids
-      `num_blocks` and `num_blocks + 1`; `next_free_block` is `_next[b]`. The plain
+      `num_gpu_blocks` and `num_gpu_blocks + 1`; `next_free_block` is `_next[b]`. The plain
       `BlockPool` keeps its free ids on stacks instead, in the same order: the tests that
       look only at the order run on both.
     * These queue tests build the queue directly, with no null block, so ids do not shift.
@@ -33,8 +33,8 @@ from pagedsim.policies.cache_stats import CacheStats
 def queue_in_order(order, free_order="fifo", pool_class=LinkedBlockPool):
     """A pool whose free list is exactly `order` (every other block allocated)."""
     pool = pool_class(max(order) + 1 if order else 1, 1, free_order)
-    taken = pool.allocate_many(pool.num_blocks)
-    assert taken == list(range(pool.num_blocks))
+    taken = pool.allocate_many(pool.num_gpu_blocks)
+    assert taken == list(range(pool.num_gpu_blocks))
     for b in order:
         pool.free(b)
     return pool

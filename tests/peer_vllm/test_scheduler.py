@@ -33,7 +33,7 @@ def priority_scheduler(
     max_tokens=16,
     max_num_seqs=16,
     max_num_batched_tokens=8192,
-    num_blocks=10000,
+    num_gpu_blocks=10000,
     arrival_steps=None,
 ):
     """vLLM's create_scheduler_with_priority + create_requests_with_priority."""
@@ -42,7 +42,7 @@ def priority_scheduler(
     reqs = [Request(num_tokens, max_tokens, arrival_step=steps[i]) for i in range(n)]
     return make_scheduler(
         reqs,
-        KVCacheManager(num_blocks - 1, 16),
+        KVCacheManager(num_gpu_blocks - 1, 16),
         mode="v1",
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -154,7 +154,7 @@ def test_priority_scheduling_preemption():
         num_tokens=32,
         max_num_seqs=3,
         max_num_batched_tokens=200,
-        num_blocks=6,
+        num_gpu_blocks=6,
         arrival_steps=[0, 1],
     )
     s.step()  # lo1 prefilled (2 blocks) and samples: 33 tokens

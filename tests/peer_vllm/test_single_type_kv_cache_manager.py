@@ -3,8 +3,8 @@
 
 Translations:
     * vLLM's SlidingWindowManager over a BlockPool is pagedsim's
-      `SlidingWindowPrefixCachingManager(num_blocks, block_size, sliding_window=W)`; the null block
-      is NULL_BLOCK = -1, so block ids shift by -1 and a pool of N is N - 1 here.
+      `SlidingWindowPrefixCachingManager(num_gpu_blocks, block_size, sliding_window=W)`; the null
+      block is NULL_BLOCK = -1, so block ids shift by -1 and a pool of N is N - 1 here.
     * vLLM fills `cached_block_hash_to_block` by hand; here a prompt is cached for real and
       the blocks that should miss are evicted with `pool.evict_blocks`. A chain is only
       findable through its cached blocks, so an evicted block *after the last cached one*

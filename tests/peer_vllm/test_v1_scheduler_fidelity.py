@@ -94,7 +94,7 @@ def test_a_pool_of_v1s_cap_serves_every_request_with_a_sliding_window(
     s = make_scheduler(
         reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=budget, num_lookahead_tokens=ahead
     ).run(check=True)
-    assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
+    assert s.finished == len(reqs) and m.num_free_blocks == m.num_gpu_blocks
 
 
 # ---- any int priority ------------------------------------------------------------------------

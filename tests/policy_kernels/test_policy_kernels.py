@@ -40,7 +40,7 @@ def test_a_swap_round_trip_restores_the_kv_bit_exactly(seed, dtype, prompt):
         kv[dst] = kv[src]
     before = {s: gather(kv, m, s) for s in m.seq_ids()}
     group = Group("g", prompt, 4, [("g", 0), ("g", 1)])
-    policy = SwapPolicy(host_blocks=8)
+    policy = SwapPolicy(num_cpu_blocks=8)
     assert policy.preempt(m, group) == "swap"
     host = np.full((8, 2, H_KV, 2, D), np.nan, dtype)  # poisoned host pool
     out, _ = policy.drain_swaps()

@@ -38,22 +38,22 @@ def workloads_(draw):
     st.booleans(),
 )
 def test_every_driver_step_keeps_the_invariants_and_nothing_leaks(
-    reqs, policy, block_size, host_blocks, victim, cached
+    reqs, policy, block_size, num_cpu_blocks, victim, cached
 ):
     worst = max(r.num_seqs * (-(-r.total_len // block_size) + 1) for r in reqs)
-    num_blocks = worst + 2  # tight: forces preemption whenever two requests overlap
+    num_gpu_blocks = worst + 2  # tight: forces preemption whenever two requests overlap
     m = (
-        PrefixCachingManager(num_blocks, block_size, trace=False)
+        PrefixCachingManager(num_gpu_blocks, block_size, trace=False)
         if cached
-        else KVCacheManager(num_blocks, block_size, trace=False)
+        else KVCacheManager(num_gpu_blocks, block_size, trace=False)
     )
     tokens = [list(range(r.prompt_len)) for r in reqs] if cached else None
-    s = make_scheduler(reqs, m, policy, host_blocks=host_blocks, victim=victim, tokens=tokens)
+    s = make_scheduler(reqs, m, policy, num_cpu_blocks=num_cpu_blocks, victim=victim, tokens=tokens)
     s.run(max_steps=10_000, check=True)  # check_invariants after every step
     assert s.finished == len(reqs)
-    assert m.num_free_blocks == m.num_blocks and m.seq_ids() == []  # no leaked block
+    assert m.num_free_blocks == m.num_gpu_blocks and m.seq_ids() == []  # no leaked block
     if policy == "swap":
-        assert s.policy.host_free == host_blocks  # every host block came back
+        assert s.policy.host_free == num_cpu_blocks  # every host block came back
 
 
 def test_recompute_preempts_the_most_recently_admitted_group_and_counts_its_tokens():
@@ -81,7 +81,7 @@ def test_recompute_preempts_the_most_recently_admitted_group_and_counts_its_toke
 
 def test_swap_moves_the_victims_distinct_blocks_and_brings_them_back_shared():
     m = KVCacheManager(8, 2, trace=False)
-    policy = SwapPolicy(host_blocks=8, block_bytes=100)
+    policy = SwapPolicy(num_cpu_blocks=8, block_bytes=100)
     s = make_scheduler([Request(4, 2, n=2)], m, policy, watermark=0.0)
     s.step()  # admit: seq (0,0) with 2 blocks, (0,1) forked: both share 2 blocks
     group = s.running[0]
@@ -100,7 +100,7 @@ def test_swap_moves_the_victims_distinct_blocks_and_brings_them_back_shared():
 
 def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
     m = KVCacheManager(8, 2, trace=False)
-    policy = SwapPolicy(host_blocks=1)
+    policy = SwapPolicy(num_cpu_blocks=1)
     s = make_scheduler([Request(4, 2)], m, policy)
     s.step()
     s._preempt(s.running[0])
@@ -138,7 +138,7 @@ def test_v0_takes_its_policy_cap_and_swap_space_from_vllms_configs():
     reqs = [Request(3, 4) for _ in range(4)]
     config = SchedulerConfig(preemption_mode="swap", max_num_seqs=2)
     s = SchedulerV0(reqs, KVCacheManager(64, 4), config, CacheConfig(num_cpu_blocks=8))
-    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_blocks == 8
+    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_cpu_blocks == 8
     s.run(check=True)
     assert s.finished == 4 and max(r.running for r in s.records) == 2
     uncapped = SchedulerV0(reqs, KVCacheManager(64, 4)).run()
@@ -157,8 +157,8 @@ def test_v0_refuses_a_config_that_is_not_vllms(bad):
 
 
 def test_v0_keywords_become_its_configs_and_a_v1_only_one_is_refused():
-    s = make_scheduler([], KVCacheManager(8, 4), "swap", host_blocks=3, max_num_seqs=5)
+    s = make_scheduler([], KVCacheManager(8, 4), "swap", num_cpu_blocks=3, max_num_seqs=5)
     assert s.scheduler_config.preemption_mode == "swap" and s.max_num_seqs == 5
-    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_blocks == 3
+    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_cpu_blocks == 3
     with pytest.raises(TypeError, match="mode='v0' takes no max_num_batched_tokens"):
         make_scheduler([], KVCacheManager(8, 4), max_num_batched_tokens=64)

@@ -117,17 +117,17 @@ def test_a_preempted_request_samples_what_it_would_alone(policy, caching):
     max_tokens=st.integers(1, 6),
     policy=st.sampled_from(["recompute", "swap"]),
     caching=st.booleans(),
-    num_blocks=st.integers(10, 16),
+    num_gpu_blocks=st.integers(10, 16),
 )
 def test_preemption_never_changes_what_a_sequence_computes(
-    prompts, max_tokens, policy, caching, num_blocks
+    prompts, max_tokens, policy, caching, num_gpu_blocks
 ):
     """Whatever the pool and policy, a model sees each sequence as it would alone."""
     _serve(
         prompts,
         max_tokens,
         policy,
-        (PrefixCachingManager if caching else KVCacheManager)(num_blocks, 2),
+        (PrefixCachingManager if caching else KVCacheManager)(num_gpu_blocks, 2),
     )
 
 
@@ -197,15 +197,15 @@ def test_a_forked_request_is_never_recomputed():
 @given(
     prompts=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=4),
     best_of=st.integers(1, 3),
-    num_blocks=st.integers(22, 32),
+    num_gpu_blocks=st.integers(22, 32),
     seed=st.integers(0, 2**16),
 )
-def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_blocks, seed):
+def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_gpu_blocks, seed):
     """A fake output processor forks `best_of` samples after the prompt, then at random frees
     one or forks one from another (beam search's moves): every sampling sequence has
     computed exactly its tokens but the last, whatever swaps happen; invariants hold."""
     rng = np.random.default_rng(seed)
-    manager = KVCacheManager(num_blocks, 2)
+    manager = KVCacheManager(num_gpu_blocks, 2)
     s = SchedulerV0([], manager, _config("swap"), CacheConfig(num_cpu_blocks=256), record=False)
     seqs = {s.add_request(p, 5, best_of=best_of): list(p) for p in prompts}
     made = dict.fromkeys(range(len(prompts)), 1)  # sequences each request has had

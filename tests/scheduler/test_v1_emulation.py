@@ -20,12 +20,12 @@ from pagedsim.workloads import Request
 class Emulated:
     """v1's block pool + scheduler, the slow obvious way."""
 
-    def __init__(self, num_blocks, bs, budget, max_seqs, by_priority=False):
+    def __init__(self, num_gpu_blocks, bs, budget, max_seqs, by_priority=False):
         self.bs, self.budget, self.max_seqs = bs, budget, max_seqs
         self.by_priority = by_priority
-        self.free = list(range(num_blocks))  # front = next handed out
-        self.ref = [0] * num_blocks
-        self.name = [None] * num_blocks  # the token prefix a cached block ends
+        self.free = list(range(num_gpu_blocks))  # front = next handed out
+        self.ref = [0] * num_gpu_blocks
+        self.name = [None] * num_gpu_blocks  # the token prefix a cached block ends
         self.cache = {}  # prefix -> [blocks], oldest first
         self.hit_tokens = self.preemptions = self.recomputed = 0
         self.preempted_hit_tokens = 0  # hits of preempted requests' lookups: v1 counts them apart
@@ -191,8 +191,8 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(
     work, bs, spare, budget, max_seqs, priorities
 ):
     reqs, tokens, outputs = work
-    num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare  # tight: preemptions
-    m = PrefixCachingManager(num_blocks, bs, trace=False)
+    num_gpu_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare  # tight: preemptions
+    m = PrefixCachingManager(num_gpu_blocks, bs, trace=False)
     prio = None if priorities is None else priorities[: len(reqs)]
     s = make_scheduler(
         reqs,
@@ -205,7 +205,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(
         priorities=prio,
         policy="fcfs" if prio is None else "priority",
     ).run(check=True)
-    emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
+    emu = Emulated(num_gpu_blocks, bs, budget, max_seqs, by_priority=prio is not None)
     emu.run(
         [
             {
@@ -230,7 +230,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(
     assert m.stats.hit_tokens == emu.hit_tokens
     assert m.stats.preempted_hit_tokens == emu.preempted_hit_tokens
     assert (s.preemptions, s.recomputed_tokens) == (emu.preemptions, emu.recomputed)
-    assert m.num_free_blocks == num_blocks and s.finished == len(reqs)
+    assert m.num_free_blocks == num_gpu_blocks and s.finished == len(reqs)
 
 
 def test_the_chat_benchmark_matches_v1_hits_worked_out_by_hand():
@@ -242,7 +242,7 @@ def test_the_chat_benchmark_matches_v1_hits_worked_out_by_hand():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     chat = bench.chat_workload(conversations=3, turns=4, seed=5)
-    got = bench.run(chat, block_size=16, num_blocks=4096)
+    got = bench.run(chat, block_size=16, num_gpu_blocks=4096)
     bs, expected = 16, []
     for t in range(4):  # random 32k-vocabulary text: only a conversation's own history hits
         hits = 0

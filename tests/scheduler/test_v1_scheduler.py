@@ -12,8 +12,8 @@ from pagedsim.scheduler_v1 import SchedulerV1
 from pagedsim.workloads import Request
 
 
-def v1(reqs, num_blocks=64, bs=4, **kw):
-    m = PrefixCachingManager(num_blocks, bs, trace=False)
+def v1(reqs, num_gpu_blocks=64, bs=4, **kw):
+    m = PrefixCachingManager(num_gpu_blocks, bs, trace=False)
     return make_scheduler(reqs, m, mode="v1", **kw)
 
 
@@ -32,16 +32,16 @@ def test_the_token_budget_is_never_exceeded_and_long_prompts_still_finish(
 ):
     reqs = [Request(p, o, arrival_step=a) for p, o, a in shapes]
     bs = 4
-    num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare
+    num_gpu_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare
     m = (
-        PrefixCachingManager(num_blocks, bs, trace=False)
+        PrefixCachingManager(num_gpu_blocks, bs, trace=False)
         if cached
-        else KVCacheManager(num_blocks, bs, trace=False)
+        else KVCacheManager(num_gpu_blocks, bs, trace=False)
     )
     s = make_scheduler(
         reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs
     ).run(check=True)
-    assert s.finished == len(reqs) and m.num_free_blocks == num_blocks
+    assert s.finished == len(reqs) and m.num_free_blocks == num_gpu_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
     assert all(r.running <= max_seqs for r in s.records)
     computed = sum(r.scheduled_tokens for r in s.records)
@@ -68,7 +68,7 @@ def test_running_requests_are_served_before_waiting_ones():
 
 def test_the_last_running_request_is_the_victim_and_goes_to_the_front_of_waiting():
     # 5 blocks of 2: a and b both fit their prompts; their decodes then run short.
-    s = v1([Request(4, 5), Request(4, 5)], num_blocks=5, bs=2, max_num_batched_tokens=16)
+    s = v1([Request(4, 5), Request(4, 5)], num_gpu_blocks=5, bs=2, max_num_batched_tokens=16)
     s.step()  # both prefill: 4 blocks
     s.step()  # a's decode needs a block (the last free one); b's decode finds none: b is popped
     assert [r.request_id for r in s.running] == [(0, 0)]
@@ -78,7 +78,7 @@ def test_the_last_running_request_is_the_victim_and_goes_to_the_front_of_waiting
 
 
 def test_recomputation_is_counted_net_of_prefix_cache_hits():
-    s = v1([Request(5, 5), Request(5, 5)], num_blocks=6, bs=2, max_num_batched_tokens=32)
+    s = v1([Request(5, 5), Request(5, 5)], num_gpu_blocks=6, bs=2, max_num_batched_tokens=32)
     s.run(check=True)
     assert s.preemptions >= 1
     assert 0 < s.recomputed_tokens < s.discarded_tokens  # the victim's full blocks stayed cached
@@ -132,15 +132,15 @@ def test_lookahead_slots_are_reserved_without_breaking_the_budget_or_the_pool(
 ):
     reqs = [Request(p, o) for p, o in shapes]
     bs = 2
-    num_blocks = max(-(-(r.total_len - 1 + lookahead) // bs) for r in reqs) + 1
+    num_gpu_blocks = max(-(-(r.total_len - 1 + lookahead) // bs) for r in reqs) + 1
     s = v1(
         reqs,
-        num_blocks=num_blocks,
+        num_gpu_blocks=num_gpu_blocks,
         bs=bs,
         max_num_batched_tokens=budget,
         num_lookahead_tokens=lookahead,
     ).run(check=True)
-    assert s.finished == len(reqs) and s.manager.num_free_blocks == num_blocks
+    assert s.finished == len(reqs) and s.manager.num_free_blocks == num_gpu_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
 
 
@@ -163,7 +163,7 @@ def test_with_priorities_the_least_important_running_request_is_the_victim():
     # same shape as the FCFS test, but request 0 has the larger (less urgent) priority value
     s = v1(
         [Request(4, 5), Request(4, 5)],
-        num_blocks=5,
+        num_gpu_blocks=5,
         bs=2,
         max_num_batched_tokens=16,
         policy="priority",

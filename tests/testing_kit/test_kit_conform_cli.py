@@ -93,7 +93,7 @@ def test_a_hang_that_ignores_the_alarm_is_still_stopped_by_the_per_call_limit(tm
     (tmp_path / "stuck.py").write_text(
         textwrap.dedent("""\
         import signal, time
-        def Stuck(num_blocks, block_size):
+        def Stuck(num_gpu_blocks, block_size):
             signal.signal(signal.SIGALRM, signal.SIG_IGN)
             while True:
                 time.sleep(0.1)

@@ -45,7 +45,7 @@ def held(manager) -> dict[int, tuple[int, ...]]:
     pool = manager.pool
     return {
         pool.hash_of(b): tuple(pool.tokens_of(b))
-        for b in range(manager.num_blocks)
+        for b in range(manager.num_gpu_blocks)
         if pool.is_cached(b)
     }
 

@@ -65,7 +65,7 @@ def differing(prev, snap, labels=None, name=str) -> tuple[set, set]:
     cached0, cached1 = set(prev.cached_blocks), set(snap.cached_blocks)
     blocks = {
         b
-        for b in range(snap.num_blocks)
+        for b in range(snap.num_gpu_blocks)
         if prev.ref_counts[b] != snap.ref_counts[b]
         or prev.block_fill[b] != snap.block_fill[b]
         or (b in free0) != (b in free1)

@@ -48,7 +48,7 @@ def test_the_recorded_vllm_stream_is_at_every_step_what_pagedsim_holds(tmp_path)
 
 def _instructors_stream(path: Path, events: int = 200) -> list:
     """A 48-block LRU prefix cache's stream, about as the issue's instructor wrote it."""
-    sides = Sides(None, num_blocks=48, seed=5)
+    sides = Sides(None, num_gpu_blocks=48, seed=5)
     out: list = []
     while len(out) < events:
         out += sides.step()[1]

@@ -66,7 +66,7 @@ def hostile_trace(words: list[str]) -> dict:
             for key in ("seq_id", "parent", "child"):
                 if e.get(key) == first:
                     e[key] = renamed
-    n, count = data["snapshots"][0]["num_blocks"], len(data["snapshots"])
+    n, count = data["snapshots"][0]["num_gpu_blocks"], len(data["snapshots"])
     data["view"] = {
         "title": words[2],
         "version": words[3],

@@ -165,3 +165,13 @@ def test_the_tour_badge_names_the_free_order_the_tour_runs():
     order = tour_manager().pool.free_order  # the chapter's stack: the last freed is next out
     assert order == "lifo" and "LIFO" in TOUR_VERSION and "vLLM v0" in TOUR_VERSION
     assert "free queue: vLLM v1" not in TOUR_VERSION  # v1's queue is FIFO (LRU eviction)
+
+
+def test_a_playground_page_names_its_manager_and_the_window_it_was_given():
+    from pagedsim.view.sources import TOUR_VERSION, version_of
+
+    assert version_of(Options()) == TOUR_VERSION
+    assert version_of(Options(sliding_window=5)) == "vLLM v1 sliding window of 5 tokens"
+    assert version_of(Options(sliding_window=6, hybrid=True)) == (
+        "vLLM v1 hybrid allocator: full attention + a 6-token window"
+    )

@@ -228,7 +228,8 @@ def test_a_random_walk_of_every_kind_of_step_change_keeps_the_dom_equal_to_the_s
 
 def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tmp_path):
     session = run_session(
-        Options(14, 4, hybrid=6), ["alloc A 10 p", "append A 4", "alloc B 10 p", "free A"]
+        Options(14, 4, sliding_window=6, hybrid=True),
+        ["alloc A 10 p", "append A 4", "alloc B 10 p", "free A"],
     )
     snaps = session.timeline("en")
     loaded = open_page(to_html(**sources.play(session)), fragment="#step=3")

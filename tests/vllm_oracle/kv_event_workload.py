@@ -63,7 +63,7 @@ class Sides:
     """Both managers and the requests running on them."""
 
     v: dict[str, Any] | None  # load_vllm(), or None: pagedsim's side alone
-    num_blocks: int = 16
+    num_gpu_blocks: int = 16
     block_size: int = 4
     seed: int = 0
     running: dict[str, Any] = field(default_factory=dict)  # id -> vLLM Request
@@ -71,7 +71,7 @@ class Sides:
 
     def __post_init__(self) -> None:
         bs = self.block_size
-        self.ours = PrefixCachingManager(self.num_blocks, bs, enable_kv_cache_events=True)
+        self.ours = PrefixCachingManager(self.num_gpu_blocks, bs, enable_kv_cache_events=True)
         self.rng = random.Random(self.seed)
         self.prefixes = [[self.rng.randrange(1000) for _ in range(12)] for _ in range(3)]
         self.theirs: Any = None
@@ -82,7 +82,7 @@ class Sides:
             block_size=bs, num_kv_heads=1, head_size=1, dtype=v["torch"].float32
         )
         config = v["KVCacheConfig"](
-            self.num_blocks + 1, [], [v["KVCacheGroupSpec"](["layer"], spec)]
+            self.num_gpu_blocks + 1, [], [v["KVCacheGroupSpec"](["layer"], spec)]
         )
         self.theirs = v["KVCacheManager"](
             config,

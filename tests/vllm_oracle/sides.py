@@ -158,7 +158,7 @@ TINY_LLAMA = {
 
 
 class SchedulerArgs(NamedTuple):
-    num_blocks: int  # vLLM's pool, its null block included
+    num_gpu_blocks: int  # vLLM's pool, its null block included
     block_size: int
     max_num_batched_tokens: int  # the token budget of a step
     max_num_seqs: int
@@ -196,7 +196,7 @@ def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
     )
     spec = vllm.spec
     kv_cache_config = spec.KVCacheConfig(
-        num_blocks=args.num_blocks,
+        num_blocks=args.num_gpu_blocks,  # vLLM v1 KVCacheConfig's own name
         kv_cache_tensors=[],
         kv_cache_groups=[
             spec.KVCacheGroupSpec(
@@ -207,7 +207,7 @@ def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
             )
         ],
     )
-    vllm_config.cache_config.num_gpu_blocks = args.num_blocks
+    vllm_config.cache_config.num_gpu_blocks = args.num_gpu_blocks
     return sched.Scheduler(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,

@@ -44,7 +44,7 @@ PREFIXES = ((), (1, 2), (1, 2, 3, 4), (1, 2, 3, 4, 5, 6), (7, 7, 7))
 STEPS = settings(max_examples=25, stateful_step_count=40, deadline=None)
 
 
-def vllm_manager(vllm, num_blocks, block_size, kinds=("full",)):
+def vllm_manager(vllm, num_gpu_blocks, block_size, kinds=("full",)):
     """vLLM's KVCacheManager with one KV cache group per kind ("full" attention or a
     "window" of W tokens), one layer each, events on."""
     spec = vllm.spec
@@ -58,7 +58,9 @@ def vllm_manager(vllm, num_blocks, block_size, kinds=("full",)):
         )
         for i, kind in enumerate(kinds)
     ]
-    config = spec.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+    config = spec.KVCacheConfig(
+        num_blocks=num_gpu_blocks, kv_cache_tensors=[], kv_cache_groups=groups
+    )
     return vllm.KVCacheManager(
         config,
         1_000,

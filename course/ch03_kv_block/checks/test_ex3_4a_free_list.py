@@ -24,7 +24,7 @@ pytestmark = pytest.mark.ch3_4
 
 def walk_invariants(pool) -> list[int]:
     """Walk the free list by its pointers and check the structural invariants."""
-    n, order, node = pool.num_blocks, [], pool.head
+    n, order, node = pool.num_gpu_blocks, [], pool.head
     # one copy of each array (each read of pool.next from the student's process is a message)
     nexts, prevs, tail = list(pool.next), list(pool.prev), pool.tail
     while True:
@@ -189,8 +189,8 @@ def test_incref_of_a_free_block_is_refused(impl):
 
 
 def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
-    """take, incref and free of -1, num_blocks or a non-int raise PoolError (self._check) and change
-    nothing."""
+    """take, incref and free of -1, num_gpu_blocks or a non-int raise PoolError (self._check)
+    and change nothing."""
     raises(ValueError, impl.FreeListPool, 0, what="FreeListPool(0)")
     raises(ValueError, impl.FreeListPool, 2.0, what="FreeListPool(2.0)")
     assert walk_invariants(impl.FreeListPool(1)) == [0], say(
@@ -275,14 +275,14 @@ class CountingArray:
         return method
 
 
-def work_per_operation(impl, num_blocks):
+def work_per_operation(impl, num_gpu_blocks):
     """Work on ref/next/prev (element reads and writes, whole-array methods, iteration) done by one
     allocate, one take, one incref and two frees."""
-    pool = impl.FreeListPool(num_blocks)
+    pool = impl.FreeListPool(num_gpu_blocks)
     for name in ("ref", "next", "prev"):
         setattr(pool, name, CountingArray(getattr(pool, name)))
     CountingArray.touched = 0
-    b, c = pool.allocate(), pool.take(num_blocks // 2)
+    b, c = pool.allocate(), pool.take(num_gpu_blocks // 2)
     pool.incref(b)
     pool.free(b), pool.free(c)
     return CountingArray.touched

@@ -48,9 +48,9 @@ def grow(impl, pool, n, bs=4):
     return table, slots
 
 
-def forked(impl, num_blocks, prompt):
+def forked(impl, num_gpu_blocks, prompt):
     """A pool of blocks of 4 tokens, a parent table grown to `prompt` tokens, its fork."""
-    pool = BlockPool(num_blocks, 4)
+    pool = BlockPool(num_gpu_blocks, 4)
     parent, _ = grow(impl, pool, prompt)
     return pool, parent, impl.fork(pool, parent)
 
@@ -320,8 +320,8 @@ class YourTables:
     slot_for_append once per token; a call the pool cannot serve is refused up front
     (OutOfBlocks) so that it changes nothing, as the kit's all-or-nothing rule asks."""
 
-    def __init__(self, impl, num_blocks, block_size):
-        self.impl, self.pool, self.bs = impl, BlockPool(num_blocks, block_size), block_size
+    def __init__(self, impl, num_gpu_blocks, block_size):
+        self.impl, self.pool, self.bs = impl, BlockPool(num_gpu_blocks, block_size), block_size
         self.tables, self.lens, self.copies = {}, {}, []
 
     def _grow(self, seq, n):
@@ -372,7 +372,7 @@ def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_m
     tokens."""
     try:
         check_manager(
-            lambda num_blocks, block_size: YourTables(impl, num_blocks, block_size),
+            lambda num_gpu_blocks, block_size: YourTables(impl, num_gpu_blocks, block_size),
             examples=40,
             steps=20,
             seed=0,

@@ -71,7 +71,7 @@ SCENARIOS = (
 
 def labelled(snap, label):
     """The snapshot's fields, its step named with the scenario (messages say which picture)."""
-    fields = ("num_blocks", "block_size", "free_list", "ref_counts", "sequences")
+    fields = ("num_gpu_blocks", "block_size", "free_list", "ref_counts", "sequences")
     return types.SimpleNamespace(
         **{f: getattr(snap, f) for f in fields}, step=f"{snap.step}{label}"
     )
@@ -106,7 +106,7 @@ def pictures(impl):
 def test_every_physical_block_is_drawn_grey_when_free_and_coloured_when_used(impl, pictures):
     """block-B rectangles: one per physical block, FREE_COLOUR exactly when its count is 0."""
     for snap, art in pictures:
-        for b in range(snap.num_blocks):
+        for b in range(snap.num_gpu_blocks):
             box = art.get(f"block-{b}")
             assert box is not None, say(
                 f"step {snap.step}: no rectangle with gid block-{b}",
@@ -173,7 +173,7 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
                     f"第 {snap.step} 步：箭头 map-{seq.seq_id}-{i} 从 {tuple(arrow.xyann)} 出发",
                 )
                 assert not problem, problem
-                assert tuple(arrow.xyann) == impl.table_xy(row, i, snap.num_blocks), say(
+                assert tuple(arrow.xyann) == impl.table_xy(row, i, snap.num_gpu_blocks), say(
                     f"step {snap.step}: arrow map-{seq.seq_id}-{i} should start at its table entry",
                     f"第 {snap.step} 步：箭头 map-{seq.seq_id}-{i} 应从它的表项出发",
                 )
@@ -191,7 +191,7 @@ def row_problem(impl, snap, gid, xy, where, where_zh) -> str:
     rows = [
         r
         for r in range(len(order))
-        if impl.table_xy(r, int(index), snap.num_blocks) == pytest.approx(tuple(xy))
+        if impl.table_xy(r, int(index), snap.num_gpu_blocks) == pytest.approx(tuple(xy))
     ]
     mine = [str(s) for s in order].index(sid)
     if not rows or rows[0] == mine:
@@ -226,15 +226,15 @@ def misplaced(impl, snap, gid, got, centre) -> str:
         if wrong_row:
             return wrong_row
         return say(
-            f"{where}: centre each table entry on table_xy(row, i, snapshot.num_blocks)",
-            f"{where_zh}：每个表项要以 table_xy(row, i, snapshot.num_blocks) 为中心",
+            f"{where}: centre each table entry on table_xy(row, i, snapshot.num_gpu_blocks)",
+            f"{where_zh}：每个表项要以 table_xy(row, i, snapshot.num_gpu_blocks) 为中心",
         )
     return say(
         f"{where}: centre block B on pool_xy(B), which starts a new row every PER_ROW = "
-        f"{impl.PER_ROW} blocks (the pool has {snap.num_blocks}); never place blocks by their "
+        f"{impl.PER_ROW} blocks (the pool has {snap.num_gpu_blocks}); never place blocks by their "
         "id alone",
         f"{where_zh}：块 B 要以 pool_xy(B) 为中心，它每 PER_ROW = {impl.PER_ROW} 个块换一行"
-        f"（池里有 {snap.num_blocks} 个）；不要只按块号摆放",
+        f"（池里有 {snap.num_gpu_blocks} 个）；不要只按块号摆放",
     )
 
 
@@ -243,9 +243,9 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
     off."""
     for snap, art in pictures:
         (x0, x1), (y0, y1) = art["_limits"]
-        boxes = [(f"block-{b}", impl.pool_xy(b)) for b in range(snap.num_blocks)]
+        boxes = [(f"block-{b}", impl.pool_xy(b)) for b in range(snap.num_gpu_blocks)]
         boxes += [
-            (f"table-{seq.seq_id}-{i}", impl.table_xy(row, i, snap.num_blocks))
+            (f"table-{seq.seq_id}-{i}", impl.table_xy(row, i, snap.num_gpu_blocks))
             for row, seq in enumerate(snap.sequences)
             for i in range(len(seq.blocks))
         ]
@@ -288,8 +288,8 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
                 f"axes",
                 f"第 {snap.step} 步：空闲链表文字在 ({tx:.1f}, {ty:.1f})，超出了坐标范围",
             )
-            edge = impl.table_xy(0, 0, snap.num_blocks)[0] - impl.CELL / 2
-            below = impl.table_xy(len(snap.sequences), 0, snap.num_blocks)[1]
+            edge = impl.table_xy(0, 0, snap.num_gpu_blocks)[0] - impl.CELL / 2
+            below = impl.table_xy(len(snap.sequences), 0, snap.num_gpu_blocks)[1]
             assert abs(tx - edge) <= impl.CELL / 2 and abs(ty - below) < 1e-6, say(
                 f"step {snap.step}: the free-list text starts at ({tx:.2f}, {ty:.2f}); it belongs "
                 f"under the tables' left edge (x near {edge:.2f}), one row below the last table (y "
@@ -353,19 +353,19 @@ def test_every_block_and_entry_is_labelled_inside_its_square(impl, pictures):
                 for t, (x, y), _ in texts
             )
 
-        for b in range(snap.num_blocks):
+        for b in range(snap.num_gpu_blocks):
             assert inside(f"#{b}", impl.pool_xy(b)), say(
                 f"step {snap.step}: block {b}'s square has no '#{b}' label inside",
                 f"第 {snap.step} 步：Block {b} 的方框里没有 '#{b}' 标签",
             )
         for row, seq in enumerate(snap.sequences):
             for i, b in enumerate(seq.blocks):
-                assert inside(str(b), impl.table_xy(row, i, snap.num_blocks)), say(
+                assert inside(str(b), impl.table_xy(row, i, snap.num_gpu_blocks)), say(
                     f"step {snap.step}: entry {i} of seq {seq.seq_id} should show its physical "
                     f"block {b} inside",
                     f"第 {snap.step} 步：序列 {seq.seq_id} 的第 {i} 个表项里应显示它的物理块 {b}",
                 )
-            x0, y0 = impl.table_xy(row, 0, snap.num_blocks)
+            x0, y0 = impl.table_xy(row, 0, snap.num_gpu_blocks)
             left = x0 - impl.CELL / 2
             assert any(
                 t == f"seq {seq.seq_id}"

@@ -97,19 +97,19 @@ def test_block_starts_at_the_chapters_scale_pass_2_to_the_31(impl):
     )
 
 
-def describe_starts(starts, num_blocks, block_bytes, alignment):
+def describe_starts(starts, num_gpu_blocks, block_bytes, alignment):
     """'' when the starts are right, else the first thing wrong with them, in words."""
     stride = -(-block_bytes // alignment) * alignment
-    want = [i * stride for i in range(num_blocks)]
+    want = [i * stride for i in range(num_gpu_blocks)]
     if starts == want:
         return ""
-    call = f"block_starts({num_blocks}, {block_bytes}, {alignment})"
-    if len(starts) != num_blocks:
+    call = f"block_starts({num_gpu_blocks}, {block_bytes}, {alignment})"
+    if len(starts) != num_gpu_blocks:
         return say(
-            f"{call} gave {len(starts)} starts, expected {num_blocks}",
-            f"{call} 给出 {len(starts)} 个起点，应为 {num_blocks} 个",
+            f"{call} gave {len(starts)} starts, expected {num_gpu_blocks}",
+            f"{call} 给出 {len(starts)} 个起点，应为 {num_gpu_blocks} 个",
         )
-    for i in range(1, num_blocks):
+    for i in range(1, num_gpu_blocks):
         if starts[i] - starts[i - 1] < block_bytes:
             return say(
                 f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} "
@@ -135,11 +135,13 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
 @given(st.integers(1, 6000), st.sampled_from([128, 128, 64, 256]), st.integers(2, 6))
-def test_block_starts_use_one_rounded_stride_for_any_size(impl, block_bytes, alignment, num_blocks):
+def test_block_starts_use_one_rounded_stride_for_any_size(
+    impl, block_bytes, alignment, num_gpu_blocks
+):
     """For any block size the starts are i * stride, with the stride the size rounded up once."""
     problem = describe_starts(
-        list(impl.block_starts(num_blocks, block_bytes, alignment)),
-        num_blocks,
+        list(impl.block_starts(num_gpu_blocks, block_bytes, alignment)),
+        num_gpu_blocks,
         block_bytes,
         alignment,
     )

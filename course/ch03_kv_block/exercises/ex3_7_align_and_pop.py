@@ -37,7 +37,7 @@ def align_up(nbytes: int, alignment: int = 128) -> int:
     raise NotImplementedError("align_up")
 
 
-def block_starts(num_blocks: int, block_bytes: int, alignment: int = 128) -> list[int]:
+def block_starts(num_gpu_blocks: int, block_bytes: int, alignment: int = 128) -> list[int]:
     """Byte offset of each block in a pool whose base is aligned: block i at i * stride."""
     # TODO(student): the stride is block_bytes rounded up with align_up.
     raise NotImplementedError("block_starts")

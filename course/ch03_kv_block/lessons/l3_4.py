@@ -87,7 +87,7 @@ HOW_TO_VLLM = (
 STEPS = ("A takes a 10-token prompt", "B shares A's first 8 tokens", "A finishes", "B finishes")
 
 
-def _vllm_manager(num_blocks: int, block_size: int):
+def _vllm_manager(num_gpu_blocks: int, block_size: int):
     """vLLM v1's own KVCacheManager, and a function that makes its requests."""
     import torch
     from vllm.sampling_params import SamplingParams
@@ -101,7 +101,7 @@ def _vllm_manager(num_blocks: int, block_size: int):
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
     )
-    config = KVCacheConfig(num_blocks + 1, [], [KVCacheGroupSpec(["layer"], spec)])
+    config = KVCacheConfig(num_gpu_blocks + 1, [], [KVCacheGroupSpec(["layer"], spec)])
     manager = VllmManager(config, 256, scheduler_block_size=block_size, hash_block_size=block_size)
     hasher = kv_cache_utils.get_request_block_hasher(block_size, sha256)
 

@@ -65,12 +65,12 @@ class _Adapter:
         return self.pool.ref[b]
 
 
-def own_snapshots(pool_mod, cow_mod, num_blocks=8):
-    pool = _Adapter(pool_mod.FreeListPool(num_blocks))
+def own_snapshots(pool_mod, cow_mod, num_gpu_blocks=8):
+    pool = _Adapter(pool_mod.FreeListPool(num_gpu_blocks))
     tables, lengths, snaps = {}, {}, []
 
     def record(step, caption):
-        fill = [0] * num_blocks
+        fill = [0] * num_gpu_blocks
         for s, t in tables.items():
             for i, b in enumerate(t):
                 fill[b] = max(fill[b], min(BLOCK_SIZE, lengths[s] - i * BLOCK_SIZE))
@@ -79,7 +79,7 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
                 step,
                 caption,
                 (),
-                num_blocks,
+                num_gpu_blocks,
                 BLOCK_SIZE,
                 tuple(pool.pool.free_list()),
                 tuple(pool.pool.ref),
@@ -88,7 +88,7 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
             )
         )
 
-    record(0, f"a pool of {num_blocks} blocks x {BLOCK_SIZE} tokens, all free")
+    record(0, f"a pool of {num_gpu_blocks} blocks x {BLOCK_SIZE} tokens, all free")
     for step, (op, seq, arg) in enumerate([(*s, None)[:3] for s in SCRIPT], 1):
         if op in ("add", "append"):
             tables.setdefault(seq, [])

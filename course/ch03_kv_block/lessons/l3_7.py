@@ -121,7 +121,8 @@ def demo(out_dir) -> None:
         fit = fit_blocks(budget, spec.bytes_per_block(16))
         model_padding = max(model_padding, fit.padding_fraction)
         print(
-            f"{spec.name:<12} {fit.block_bytes:>12,} {fit.stride_bytes:>12,} {fit.num_blocks:>17,}"
+            f"{spec.name:<12} {fit.block_bytes:>12,} {fit.stride_bytes:>12,} "
+            f"{fit.num_gpu_blocks:>17,}"
         )
     odd = fit_blocks(budget, 1000)
     print(

@@ -172,7 +172,7 @@ def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     paths = write_frames(frames, out_dir, prefix="generate-step")
     print(f"3.6 wrote {len(paths)} flow diagrams, one per engine step, to {out_dir}")
     print(
-        f"3.7 the pool was allocated once ({r.engine.manager.num_blocks} blocks x "
+        f"3.7 the pool was allocated once ({r.engine.manager.num_gpu_blocks} blocks x "
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
         f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
     )

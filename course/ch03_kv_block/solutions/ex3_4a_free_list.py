@@ -5,7 +5,7 @@ keeps a *doubly* linked one, as vLLM v1's `FreeKVCacheBlockQueue` does, so that 
 block can also be unlinked from the middle in O(1) (`take`, for a prefix-cache hit).
 The links live in parallel lists indexed by block id, with two sentinel nodes:
 
-    head = num_blocks, tail = num_blocks + 1
+    head = num_gpu_blocks, tail = num_gpu_blocks + 1
     next[x] / prev[x]  neighbours of node x on the free list
     ref[b]             owners of block b; 0 exactly when b is on the free list
 
@@ -24,35 +24,35 @@ class PoolError(ValueError):
 
 
 class FreeListPool:
-    def __init__(self, num_blocks: int):
-        if not isinstance(num_blocks, int) or num_blocks < 1:
-            raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
-        self.num_blocks = num_blocks
-        self.head, self.tail = num_blocks, num_blocks + 1  # sentinel node ids
-        self.ref = [0] * num_blocks  # [num_blocks] owners of each block
-        self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free list
-        self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the free list
+    def __init__(self, num_gpu_blocks: int):
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be a positive int, got {num_gpu_blocks!r}")
+        self.num_gpu_blocks = num_gpu_blocks
+        self.head, self.tail = num_gpu_blocks, num_gpu_blocks + 1  # sentinel node ids
+        self.ref = [0] * num_gpu_blocks  # [num_gpu_blocks] owners of each block
+        self.next = [0] * (num_gpu_blocks + 2)  # [num_gpu_blocks + 2] next free-list node
+        self.prev = [0] * (num_gpu_blocks + 2)  # [num_gpu_blocks + 2] previous free-list node
         self.next[self.head], self.prev[self.tail] = self.tail, self.head  # empty list
         self.prev[self.head], self.next[self.tail] = self.head, self.tail
         self.num_free = 0
-        for b in reversed(range(num_blocks)):  # so that block 0 ends up first
+        for b in reversed(range(num_gpu_blocks)):  # so that block 0 ends up first
             self._push(b)
 
     def free_list(self) -> list[int]:
         """The free blocks, head first (the order allocate() hands them out)."""
         out, b = [], self.next[self.head]
-        while b != self.tail and len(out) <= self.num_blocks:
+        while b != self.tail and len(out) <= self.num_gpu_blocks:
             out.append(b)
             b = self.next[b]
         return out
 
     def _check(self, b) -> int:
-        if not isinstance(b, int) or not 0 <= b < self.num_blocks:
-            raise PoolError(f"block {b!r} is not in [0, {self.num_blocks})")
+        if not isinstance(b, int) or not 0 <= b < self.num_gpu_blocks:
+            raise PoolError(f"block {b!r} is not in [0, {self.num_gpu_blocks})")
         return b
 
     # take, incref and free start with self._check(b): an id that is not an int in
-    # [0, num_blocks) raises PoolError before anything changes.
+    # [0, num_gpu_blocks) raises PoolError before anything changes.
     # ---- the exercise ------------------------------------------------------
     def _unlink(self, b: int) -> None:
         """Remove node b from the free list in O(1); num_free goes down by one."""

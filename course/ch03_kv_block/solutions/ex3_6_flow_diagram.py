@@ -22,7 +22,7 @@ Where things go is fixed by `pool_xy` and `table_xy` below (keep them as they ar
 pool is a grid of PER_ROW blocks per row, one unit apart, and the tables start one unit
 below it, 1.3 units apart): block B is centred at
 pool_xy(B); entry I of the sequence in row R (its position in snapshot.sequences) at
-table_xy(R, I, num_blocks). An arrow is ax.annotate("", xy=<block centre>,
+table_xy(R, I, num_gpu_blocks). An arrow is ax.annotate("", xy=<block centre>,
 xytext=<entry centre>, gid=..., arrowprops=...). Patches do not widen the axes by
 themselves: finish with ax.set_xlim/ax.set_ylim so the whole picture shows.
 
@@ -52,15 +52,15 @@ def pool_xy(block: int) -> tuple[float, float]:
     return float(block % PER_ROW), -float(block // PER_ROW)
 
 
-def table_xy(row: int, index: int, num_blocks: int) -> tuple[float, float]:
+def table_xy(row: int, index: int, num_gpu_blocks: int) -> tuple[float, float]:
     """Centre of entry `index` of the `row`-th sequence's table (below the pool)."""
-    pool_rows = -(-num_blocks // PER_ROW)
+    pool_rows = -(-num_gpu_blocks // PER_ROW)
     return float(index), -(pool_rows + 1.0 + 1.3 * row)
 
 
 def new_axes(snapshot):
     """A figure and axes sized for the snapshot."""
-    rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2
+    rows = -(-snapshot.num_gpu_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2
     fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5))
     ax.set_aspect("equal")
     ax.axis("off")
@@ -69,7 +69,7 @@ def new_axes(snapshot):
 
 def draw_flow(snapshot, ax) -> None:
     """Draw the pool, every block table with its arrows, and the free list, on `ax`."""
-    n = snapshot.num_blocks
+    n = snapshot.num_gpu_blocks
     for b in range(n):
         x, y = pool_xy(b)
         count = snapshot.ref_counts[b]

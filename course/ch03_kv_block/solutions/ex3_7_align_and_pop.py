@@ -29,10 +29,10 @@ def align_up(nbytes: int, alignment: int = 128) -> int:
     return (nbytes + alignment - 1) & ~(alignment - 1)
 
 
-def block_starts(num_blocks: int, block_bytes: int, alignment: int = 128) -> list[int]:
+def block_starts(num_gpu_blocks: int, block_bytes: int, alignment: int = 128) -> list[int]:
     """Byte offset of each block in a pool whose base is aligned: block i at i * stride."""
     stride = align_up(block_bytes, alignment)
-    return [i * stride for i in range(num_blocks)]
+    return [i * stride for i in range(num_gpu_blocks)]
 
 
 @cuda.jit
