@@ -10,7 +10,7 @@ The commands are `help_text()`; lines starting with # are comments. After each c
 pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
 is explained in one line and changes nothing; a pool that runs dry is a step of its own.
 Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N` (with `--hybrid`:
-two KV cache groups),
+two KV cache groups; `--window N` and `--hybrid N` are accepted as before),
 `--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
 does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
@@ -221,14 +221,20 @@ def _pool_arguments(p: ArgParser) -> None:
     )
     p.add_argument(
         "--sliding-window",
+        "--window",  # the flag's name before it took vLLM's: scripts and lecture notes use it
         type=int_in(1, 1 << 20),
         metavar="N",
-        help="sliding-window attention over N tokens",
+        help="sliding-window attention over N tokens (--window N is the same flag)",
     )
     p.add_argument(
         "--hybrid",
-        action="store_true",
-        help="two KV cache groups (vLLM v1): full attention + the --sliding-window N group",
+        nargs="?",
+        const=True,
+        default=False,
+        type=int_in(1, 1 << 20),
+        metavar="N",
+        help="two KV cache groups (vLLM v1): full attention + the --sliding-window N group "
+        "(--hybrid N gives the window here)",
     )
     p.add_argument(
         "--preemption-mode",
@@ -255,14 +261,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def options(args: argparse.Namespace) -> Options:
-    """The pool the flags ask for, each under the name it keeps down to the pool."""
+    """The pool the flags ask for, each under the name it keeps down to the pool.
+    `--hybrid N` is `--hybrid --sliding-window N`: the window keeps one name past here."""
+    sliding_window, hybrid = args.sliding_window, args.hybrid
+    if hybrid is not True and hybrid is not False:
+        if sliding_window not in (None, hybrid):
+            raise Refused(
+                f"--hybrid {hybrid} and --sliding-window {sliding_window} name two windows: "
+                "give one"
+            )
+        sliding_window, hybrid = hybrid, True
     return Options(
         num_gpu_blocks=args.num_gpu_blocks_override,
         block_size=args.block_size,
         enable_prefix_caching=args.enable_prefix_caching,
-        sliding_window=args.sliding_window,
+        sliding_window=sliding_window,
         preemption_mode=args.preemption_mode,
-        hybrid=args.hybrid,
+        hybrid=hybrid,
     )
 
 

@@ -7,7 +7,7 @@ no default gives, layer by layer, and checks that no layer knows it by another n
 import pytest
 
 from pagedsim.app import play
-from pagedsim.app.play_session import Session
+from pagedsim.app.play_session import Refused, Session
 from pagedsim.engine import generate, generate_cli
 from pagedsim.io.trace_json import snapshot_to_dict
 
@@ -66,3 +66,25 @@ def test_play_carries_num_gpu_blocks_from_the_flag_to_the_pool(flags):
     _named_once(step0, size=13)
     saved = snapshot_to_dict(step0)
     assert saved["num_gpu_blocks"] == 13 and OLD not in saved  # the trace JSON's key
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (["--window", "8"], ["--sliding-window", "8"]),
+        (["--hybrid", "8"], ["--hybrid", "--sliding-window", "8"]),
+        (["--hybrid", "--window", "8"], ["--hybrid", "--sliding-window", "8"]),
+        (["--hybrid", "8", "--sliding-window", "8"], ["--hybrid", "--sliding-window", "8"]),
+    ],
+)
+def test_plays_earlier_window_spellings_ask_for_the_same_pool(old, new):
+    """`--window N` and `--hybrid N` still parse: the window goes on as sliding_window."""
+    assert play.options(play.parser().parse_args(old)) == play.options(
+        play.parser().parse_args(new)
+    )
+
+
+def test_play_refuses_two_different_windows():
+    args = play.parser().parse_args(["--hybrid", "8", "--sliding-window", "4"])
+    with pytest.raises(Refused, match="two windows"):
+        play.options(args)
