@@ -24,7 +24,7 @@ keeps one entry per step.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -138,7 +138,10 @@ class PagedEngine:
             self.manager = _v0_manager(manager, num_gpu_blocks, block_size, caching, trace)
             swap_single = preemption_mode == "swap"
             policy = SeqGroupPolicy(num_cpu_blocks, self.block_bytes, swap_single=swap_single)
-            self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
+            sized = replace(cache_config, num_cpu_blocks=num_cpu_blocks)  # as the engine holds it
+            self.scheduler = SchedulerV0(
+                [], self.manager, cache_config=sized, policy=policy, record=False
+            )
         self._written: dict[int, tuple[int, ...]] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
         self.runs: dict[int, Run] = {}  # the live requests, by request number (rid[0])

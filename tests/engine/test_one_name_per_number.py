@@ -88,3 +88,16 @@ def test_play_refuses_two_different_windows():
     args = play.parser().parse_args(["--hybrid", "8", "--sliding-window", "4"])
     with pytest.raises(Refused, match="two windows"):
         play.options(args)
+
+
+def test_the_v0_engines_scheduler_holds_the_pool_it_schedules():
+    """SchedulerV0 gets the engine's CacheConfig: num_gpu_blocks and the sized swap space."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.model import TinyModel
+    from pagedsim.engine.paged import PagedEngine
+
+    engine = PagedEngine(TinyModel(), CacheConfig(block_size=4, num_gpu_blocks=9), mode="v0")
+    held = engine.scheduler.cache_config
+    assert (held.num_gpu_blocks, held.block_size) == (9, 4)
+    assert held.num_cpu_blocks == len(engine.hosts[0]) == 36  # 4 x num_gpu_blocks by default
+    assert engine.scheduler.manager.num_gpu_blocks == 9
