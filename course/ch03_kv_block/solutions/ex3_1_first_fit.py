@@ -1,19 +1,6 @@
 """Exercise 3.1: a variable-size first-fit allocator, to watch external fragmentation appear.
 
-Before paging, a serving system gave each sequence one contiguous range of KV slots
-sized to the sequence. This allocator does exactly that over `capacity` slots. Its
-free space is a list of *holes* (start, size), sorted by start and always merged,
-so no two holes touch:
-
-    allocate(size)  first fit: the first hole (lowest start) with room; None if none
-    free(start, size)  give a range back and merge it with the holes on either side
-
-After some frees the free space is split into holes too small for the next request
-even though their sum would be enough: *external fragmentation*. Fixed-size blocks
-(the chapter's answer) cannot suffer from it, because any free block fits any need.
-
-Reference: Kwon et al., "Efficient Memory Management for Large Language Model Serving
-with PagedAttention" (SOSP 2023), section 3: reserved contiguous chunks and fragmentation.
+Solved; the spec is the docstring of exercises/ex3_1_first_fit.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Exercise 3.2: what one KV block costs, and where each number lives in the pool.
 
-The chapter's block holds K and V for `block_size` tokens, for every layer and head:
-
-    bytes_per_block = block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes
-
-(16 * 32 * 2 * 32 * 128 * 2 = 8,388,608 bytes = 8 MiB for the chapter's example).
-
-The whole-model pool is one C-order array, with K and V of a block side by side:
-
-    kv_pool [num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim]
-
-In C order the last index moves fastest, so an element's flat offset is the sum of
-index * stride, where each dimension's stride is the product of the sizes to its right.
-`kv_pool[:, layer]` is then exactly the per-layer cache [num_blocks, 2, H_kv, B, D]
-that the kernels take (a view, not a copy).
-
-Reference: vLLM's cache layout (csrc/cache_kernels.cu, reshape_and_cache); NumPy's
-"Internal memory layout of an ndarray" (strides).
+Solved; the spec is the docstring of exercises/ex3_2_block_layout.py.
 """
 
 from __future__ import annotations

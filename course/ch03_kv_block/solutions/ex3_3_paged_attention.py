@@ -1,20 +1,6 @@
 """Exercise 3.3: logical -> physical translation, and paged attention in NumPy.
 
-A sequence's tokens are contiguous in *logical* space only. Token p lives in logical
-block p // block_size at offset p % block_size, and the block table says which
-physical block that logical block is:
-
-    slot(p) = block_table[p // block_size] * block_size + p % block_size
-
-Attention for one decoding step of one sequence reads every earlier token's K and V
-through that table. Layout of one layer's cache (vLLM's, and the kernels'):
-
-    kv_cache  [num_blocks, 2, H_kv, block_size, D]   index 0 of dim 1 is K, 1 is V
-    query     [H, D]                                  H query heads, H % H_kv == 0
-
-Query head h reads KV head h // (H // H_kv) (grouped-query attention).
-
-Reference: Kwon et al., SOSP 2023, section 4.1 (PagedAttention) and 4.3 (block tables).
+Solved; the spec is the docstring of exercises/ex3_3_paged_attention.py.
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
 """Exercise 3.4a: the free list, with O(1) allocate and free and reference counts.
 
-The chapter's BlockManager keeps a singly linked free list (`next_free`). This pool
-keeps a *doubly* linked one, as vLLM v1's `FreeKVCacheBlockQueue` does, so that a
-block can also be unlinked from the middle in O(1) (`take`, for a prefix-cache hit).
-The links live in parallel lists indexed by block id, with two sentinel nodes:
-
-    head = num_gpu_blocks, tail = num_gpu_blocks + 1
-    next[x] / prev[x]  neighbours of node x on the free list
-    ref[b]             owners of block b; 0 exactly when b is on the free list
-
-allocate() pops the block right after the head; free(b) drops one owner and pushes b
-back right after the head (LIFO, as in the chapter) only when its count reaches 0.
-
-Reference: vLLM v1, vllm/v1/core/kv_cache_utils.py (FreeKVCacheBlockQueue) and
-block_pool.py; Kwon et al., SOSP 2023, section 4.2.
+Solved; the spec is the docstring of exercises/ex3_4a_free_list.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """Exercise 3.4b: fork, and copy-on-write when a sequence appends after a fork.
 
-Beam search and parallel sampling fork a sequence: the child starts with the
-parent's whole block table and every block gains an owner (its count goes up).
-Full blocks are never written again, so they can stay shared for ever. The last
-block is different when it is only partly filled: the next token of *either*
-sequence would be written into it, over the other one's future token. So before
-writing into a shared, partly filled last block, the writer gets a private copy:
-
-    1. allocate a new block             (dst)
-    2. record (src, dst) for the copy kernel (cuda_kernels.copy_blocks)
-    3. drop the writer's ownership of src (pool.free: the count goes down by one)
-    4. put dst in the writer's table
-
-Tables here are plain lists of physical block ids; `pool` is a pagedsim.BlockPool
-(allocate, incref, free, ref_count).
-
-Reference: Kwon et al., SOSP 2023, section 4.4 (parallel sampling, beam search,
-copy-on-write at block granularity).
+Solved; the spec is the docstring of exercises/ex3_4b_copy_on_write.py.
 """
 
 from __future__ import annotations

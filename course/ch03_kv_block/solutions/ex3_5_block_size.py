@@ -1,16 +1,6 @@
 """Exercise 3.5: how much a block size wastes, and picking one for a workload and a budget.
 
-A sequence of L tokens holds ceil(L / B) blocks of B slots; the empty slots at the
-end of its last block are its waste (internal fragmentation, at most B - 1 per
-sequence). Small blocks waste little but make long block tables and many
-allocations; large blocks are cheap to manage but waste more. `choose_block_size`
-makes the chapter's trade-off a rule:
-
-    the largest candidate B such that
-        all sequences fit in the budget:  allocated slots * bytes_per_token <= budget
-        and the waste stays small:        empty slots / allocated slots   <= max_waste
-
-Reference: Kwon et al., SOSP 2023, section 7.2 (the block-size ablation; vLLM defaults to 16).
+Solved; the spec is the docstring of exercises/ex3_5_block_size.py.
 """
 
 from __future__ import annotations

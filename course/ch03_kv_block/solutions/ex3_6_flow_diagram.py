@@ -1,32 +1,6 @@
 """Exercise 3.6: draw the chapter's core flow diagram from one snapshot of a pool's trace.
 
-The chapter's figure has three parts: the pool of physical blocks (free or in use),
-the block tables that map each sequence's logical blocks to physical ones, and the
-free list that allocate() takes from. The simulator never draws; it records
-snapshots (pagedsim.trace.Snapshot). Your `draw_flow` turns one snapshot into
-matplotlib artists, each tagged with a gid so a check can find it:
-
-    block-B        a Rectangle per physical block B, FREE_COLOUR or USED_COLOUR
-    count-B        a Text with B's ref count, for every block in use
-    table-S-I      a Rectangle per table entry I of sequence S, with a Text of the physical id
-    map-S-I        an arrow (ax.annotate) from table entry I of S to its physical block
-    free-list      one Text: "free list: 3 -> 1 -> 2" head first, or "free list: empty"
-
-Labels without a gid: "#B" inside every block's square, above its count; the physical id
-inside every table entry's square; "seq S" right-aligned less than a unit left of each
-table row. The free-list text starts under the tables' left edge, one row below the last
-table. Margins: at most one unit of blank space around the picture (two on the left, for
-the "seq S" labels).
-
-Where things go is fixed by `pool_xy` and `table_xy` below (keep them as they are: the
-pool is a grid of PER_ROW blocks per row, one unit apart, and the tables start one unit
-below it, 1.3 units apart): block B is centred at
-pool_xy(B); entry I of the sequence in row R (its position in snapshot.sequences) at
-table_xy(R, I, num_gpu_blocks). An arrow is ax.annotate("", xy=<block centre>,
-xytext=<entry centre>, gid=..., arrowprops=...). Patches do not widen the axes by
-themselves: finish with ax.set_xlim/ax.set_ylim so the whole picture shows.
-
-Reference: matplotlib's artist tutorial (Rectangle, Text, Axes.annotate, gids).
+Solved; the spec is the docstring of exercises/ex3_6_flow_diagram.py.
 """
 
 from __future__ import annotations

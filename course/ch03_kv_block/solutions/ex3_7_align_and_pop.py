@@ -1,20 +1,6 @@
 """Exercise 3.7: 128-byte aligned block starts, and a concurrent block pop with atomics.
 
-Alignment. A GPU reads global memory in 32-byte sectors grouped in 128-byte lines;
-a block whose start is not a multiple of 128 makes every read of it touch one more
-line than it needs. So the pool places block i at i * stride, where the stride is the
-block's size rounded *up* to the next multiple of 128 (rounding down would overlap
-blocks).
-
-Concurrent pop. Many threads allocate at once. The free blocks sit in `free_stack`,
-and `top[0]` counts them. A thread that reads top and then writes top - 1 in two
-steps can be overtaken by another thread reading the same top: both hand out the
-same block and one block is lost. `cuda.atomic.sub(top, 0, 1)` does the read and the
-write as one indivisible step and returns the old value, so each thread gets its
-own index.
-
-Reference: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory";
-CUDA C++ Programming Guide, "Atomic Functions"; Numba's cuda.atomic documentation.
+Solved; the spec is the docstring of exercises/ex3_7_align_and_pop.py.
 """
 
 from __future__ import annotations

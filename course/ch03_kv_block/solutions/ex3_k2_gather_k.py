@@ -1,13 +1,6 @@
 """Puzzle 3.k2: gather one sequence's K through its block table (chapter 3.3).
 
-Spec (NumPy): for every position p < L = out.shape[0],
-
-    out[p, :] = k_cache[block_table[p // B], p % B, :]      (B = k_cache.shape[1])
-
-Shapes: k_cache [num_blocks, B, D], block_table [M] (int, M * B >= L), out [L, D].
-
-Thread layout: one block; thread i = cuda.threadIdx.x writes ONE number, out[p, d] with
-p = i // D and d = i % D. Extra threads (i >= L * D) do nothing.
+Solved; the spec is the docstring of exercises/ex3_k2_gather_k.py.
 """
 
 from __future__ import annotations
