@@ -155,7 +155,7 @@
     row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
-      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' + (BIG ? "" : TEXTS);
+      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge"></span>' + (BIG ? "" : TEXTS);
       blockEls.push(e); row.append(e);
     }
     blocksEl.append(row);
@@ -228,7 +228,8 @@
   const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
   // what each tile's element holds now (its class and badge), so a look that comes out the
   // same is not written again; a class string is made once per look
-  const shClass = new Array(NB).fill("block free"), shBadge = new Array(NB).fill("0");
+  const shClass = new Array(NB).fill("block free"), shBadge = new Array(NB).fill("");
+  const shKids = new Int8Array(NB).fill(-1); // shared | free << 1, as the children show it
   const classes = new Map();
   function classOf(ref, flags, owner) {
     const k = (ref === 0 ? 1 : ref > 1 ? 2 : 0) | (flags << 2) | ((owner + 2) << 5);
@@ -253,10 +254,17 @@
     if (shClass[b] !== cls) { shClass[b] = cls; e.className = cls; }
     const bg = owner === -2 ? background(shWho[b]) : "";
     if (shBg[b] !== bg) { shBg[b] = bg; e.style.background = bg; }
-    const badge = D.stream ? shHash[b] : String(ref); // a stream tells hashes, not ref counts
+    // the badge: a stream's hash on a cached tile, else the ref count of a used tile (a big
+    // pool's only above 1); empty, it is not drawn
+    const badge = D.stream ? (flags & 1 ? shHash[b] : "") : ref > (BIG ? 1 : 0) ? String(ref) : "";
     if (shBadge[b] !== badge) { shBadge[b] = badge; e.children[1].textContent = badge; }
+    const [bid, , bar, txt] = e.children, kids = (ref > 1 ? 1 : 0) | (ref === 0 ? 2 : 0);
+    if (shKids[b] !== kids) {
+      shKids[b] = kids;
+      if (!BIG) bid.className = kids & 1 ? "bid chip" : "bid"; // a big pool's ids are always on one
+      if (texts) { bar.className = kids & 2 ? "bar off" : "bar"; txt.className = kids & 1 ? "txt chip" : "txt"; }
+    }
     if (!texts) return;
-    const [, , bar, txt] = e.children;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
     setText(txt, spaces(plain(label)) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
@@ -779,6 +787,7 @@
     body.classList.toggle("projector", on); bProj.classList.toggle("on", on);
     if (on && !texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
       texts = true;
+      shKids.fill(-1);
       for (let b = 0; b < NB; b++) {
         blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
         if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
