@@ -183,11 +183,11 @@
   const colourOf = (q) => D.palette[D.colour[q]];
   const INK = D.palette.map(inkOn);
   // A tile with one owner, and a sequence's table row, take their colours from a class
-  // ("o3"), not an inline style or a custom property, so elements that look alike share one
-  // computed style (the browser caches it; a style that reads a var() it recomputes).
+  // (a tile "o3", a row "t3": a tile's class change then restyles no cells), not an inline
+  // style or a custom property, so elements that look alike share one computed style.
   const owned = el("style");
-  owned.textContent = D.palette.map((c, k) => ".block.o" + k + ", .hb.o" + k + ", .table.o" + k +
-    " .cell, .table.o" + k + " .seq { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+  owned.textContent = D.palette.map((c, k) => ".block.o" + k + ", .hb.o" + k + ", .table.t" + k +
+    " .cell, .table.t" + k + " .seq { background: " + c + "; color: " + INK[k] + "; }").join("\n");
   document.head.append(owned);
   // Each block's owners at a step, in admission order, with no allocation per block:
   // firstOwner[b] is the first (-1: none); the returned map holds the whole list of a
@@ -372,7 +372,7 @@
   const rows = new Map(); // seq -> {el, ntok, cells, list, t}
   let orderShown = null, lit = [];
   function makeRow(q) {
-    const row = el("div", { class: "table o" + D.colour[q], "data-seq": D.seqs[q] });
+    const row = el("div", { class: "table t" + D.colour[q], "data-seq": D.seqs[q] });
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
     row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
     return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, look: "", seen: false });
