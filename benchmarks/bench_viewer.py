@@ -24,6 +24,11 @@ so compare those from runs without it.
     python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
     python benchmarks/bench_viewer.py --page a.html --page b.html --cpu
     python benchmarks/bench_viewer.py --page a.html --page b.html --busy --samples 20
+    python benchmarks/bench_viewer.py --page a.html --page b.html --paired 40
+
+`--paired` opens the two pages in two tabs of one traced browser and makes the same random
+jump in each in turn: the median of the per-jump CPU ratios is what to compare on a
+machine whose load moves each page's own figure by tens of percent from run to run.
 """
 
 from __future__ import annotations
@@ -140,20 +145,7 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
     if len(fires) != sum(counts.values()):
         return {"cpu": f"not measured: {len(fires)} marks for {sum(counts.values())} changes"}
-    nested = sorted(
-        (
-            e
-            for e in events
-            if e.get("name") == "RunTask"
-            and e.get("ph") == "X"
-            and (e.get("pid"), e.get("tid")) == (pid, tid)
-        ),
-        key=lambda e: (e["ts"], -e["dur"]),
-    )
-    tasks: list = []  # the outermost tasks: a task run inside another is counted in it
-    for t in nested:
-        if not tasks or t["ts"] >= tasks[-1]["ts"] + tasks[-1]["dur"]:
-            tasks.append(t)
+    tasks = outer_tasks(events, (pid, tid))
     starts = [t["ts"] for t in tasks]  # these do not overlap
     holder = []  # the index of the task each change ran in
     for f in fires:
@@ -181,6 +173,26 @@ def cpu_times(trace: Path, counts: dict) -> dict:
             out[f"{kind}_frame_cpu_phases"] = phase_medians(frame_phases[at : at + n])
         at += n
     return out
+
+
+def outer_tasks(events: list, thread: tuple) -> list:
+    """The thread's outermost tasks, in time order (a task run inside another is counted in
+    it); they do not overlap."""
+    nested = sorted(
+        (
+            e
+            for e in events
+            if e.get("name") == "RunTask"
+            and e.get("ph") == "X"
+            and (e.get("pid"), e.get("tid")) == thread
+        ),
+        key=lambda e: (e["ts"], -e["dur"]),
+    )
+    tasks: list = []
+    for t in nested:
+        if not tasks or t["ts"] >= tasks[-1]["ts"] + tasks[-1]["dur"]:
+            tasks.append(t)
+    return tasks
 
 
 # the rendering phases a change and its frame are split into (trace event -> name shown)
@@ -292,6 +304,75 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
     return out
 
 
+# One jump of one page in a paired run: a frame, the marked change, its layout, a frame.
+PAIRED_JUMP = """async ([i, mark]) => {
+    const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+    await frame();
+    console.timeStamp(mark);
+    window.pagedsimViewer.go(i);
+    document.body.getBoundingClientRect();
+    await frame();
+}"""
+
+
+def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
+    """Two pages in two tabs of one traced browser take the same random jumps in turn (which
+    goes first alternates), so a load spike falls on both: per page the renderer main
+    thread's CPU per jump (the change's task and its thread's tasks up to its next jump),
+    and the median of the per-jump ratios second / first, which the load moves far less
+    than either page's own figure."""
+    from playwright.sync_api import sync_playwright
+
+    marks = [f"{MARK}-{k}" for k in range(len(pages))] + [f"{MARK}-end"]
+    trace = Path(tempfile.mkdtemp()) / "trace.json"
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=ARGS
+        )
+        tabs = [b.new_page(viewport={"width": 1600, "height": 1000}) for _ in pages]
+        for tab, path in zip(tabs, pages, strict=True):
+            tab.goto(path.resolve().as_uri())
+            tab.wait_for_function("() => window.pagedsimViewer !== undefined")
+        rng, n = random.Random(seed), tabs[0].evaluate("window.pagedsimViewer.count()")
+        b.start_tracing(page=tabs[0], path=str(trace), categories=TRACED)
+        for j in range(jumps):
+            i = rng.randrange(n)
+            for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
+                tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
+        for tab in tabs:
+            tab.evaluate(PAIRED_JUMP, [0, marks[-1]])
+        b.stop_tracing()
+        b.close()
+    events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
+    shutil.rmtree(trace.parent)
+    per_thread = collections.defaultdict(list)
+    for e in events:
+        message = (
+            e.get("args", {}).get("data", {}).get("message")
+            if e.get("name") == "TimeStamp"
+            else None
+        )
+        if message in marks:
+            per_thread[(e["pid"], e["tid"])].append((e["ts"], marks.index(message)))
+    cpu: list[list[float]] = [[] for _ in pages]
+    for thread, fired in per_thread.items():
+        tasks, fired = outer_tasks(events, thread), sorted(fired)
+        starts = [t["ts"] for t in tasks]
+        for (ts, k), (next_ts, _) in zip(fired, fired[1:], strict=False):
+            lo, hi = bisect.bisect_right(starts, ts) - 1, bisect.bisect_left(starts, next_ts) - 1
+            if k < len(pages):
+                cpu[k].append(sum(t.get("tdur", 0) for t in tasks[lo:hi]) / 1000)
+    if any(len(c) != jumps for c in cpu):
+        return {"paired": f"not measured: {[len(c) for c in cpu]} jumps found of {jumps}"}
+    out: dict = {
+        str(path): round(statistics.median(c), 2) for path, c in zip(pages, cpu, strict=True)
+    }
+    out["median_ratio_second_to_first"] = round(
+        statistics.median(y / x for x, y in zip(*cpu, strict=True)), 3
+    )
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=2000)
@@ -316,12 +397,23 @@ def main(argv=None) -> int:
         action="store_true",
         help="time with one busy process per core beside the browser (keep --samples small)",
     )
+    p.add_argument(
+        "--paired",
+        type=int,
+        metavar="JUMPS",
+        help="with two --page: the two in two tabs, one random jump each in turn, JUMPS times",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.page:
         missing = [str(x) for x in args.page if not x.is_file()]
         if missing:
             p.error(f"no such page: {', '.join(missing)}")
+        if args.paired:
+            if len(args.page) != 2:
+                p.error("--paired takes two --page")
+            print(json.dumps(paired_jumps(args.page, args.paired), indent=1))
+            return 0
         with busy(args.busy):
             results = browser_times(args.page, args.samples, cpu=args.cpu)
     else:

@@ -155,7 +155,7 @@
     row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
-      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' + (BIG ? "" : TEXTS);
+      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge"></span>' + (BIG ? "" : TEXTS);
       blockEls.push(e); row.append(e);
     }
     blocksEl.append(row);
@@ -182,23 +182,34 @@
   }
   const colourOf = (q) => D.palette[D.colour[q]];
   const INK = D.palette.map(inkOn);
-  // A tile with one owner takes its colours from a class ("o3"), not an inline style, so
-  // tiles that look alike share one computed style (the browser caches it).
+  // A tile with one owner, and a sequence's table row, take their colours from a class
+  // (a tile "o3", a row "t3": a tile's class change then restyles no cells), not an inline
+  // style or a custom property, so elements that look alike share one computed style.
   const owned = el("style");
-  owned.textContent = D.palette.map((c, k) =>
-    ".block.o" + k + ", .hb.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+  owned.textContent = D.palette.map((c, k) => ".block.o" + k + ", .hb.o" + k + ", .table.t" + k +
+    " .cell, .table.t" + k + " .seq { background: " + c + "; color: " + INK[k] + "; }").join("\n");
   document.head.append(owned);
+  // Each block's owners at a step, in admission order, with no allocation per block:
+  // firstOwner[b] is the first (-1: none); the returned map holds the whole list of a
+  // block with several owners (a shared block) only.
+  const firstOwner = new Int32Array(NB);
   function owners(s) {
-    const out = new Map();
+    firstOwner.fill(-1);
+    const many = new Map();
     for (const q of s.order) {
       for (const b of s.tables.get(q).blocks) {
         if (b < 0) continue;
-        if (!out.has(b)) out.set(b, []);
-        const list = out.get(b); if (list[list.length - 1] !== q) list.push(q);
+        const first = firstOwner[b];
+        if (first < 0) { firstOwner[b] = q; continue; }
+        const list = many.get(b);
+        if (list === undefined) { if (first !== q) many.set(b, [first, q]); }
+        else if (list[list.length - 1] !== q) list.push(q);
       }
     }
-    return out;
+    return many;
   }
+  const ownersOf = (b, many) => many.get(b) || (firstOwner[b] < 0 ? [] : [firstOwner[b]]);
+  const sameList = (a, b) => a !== null && a.length === b.length && a.every((x, j) => x === b[j]);
   function background(who) {
     if (who.length < 2) return colourOf(who[0]);
     const w = 100 / who.length;
@@ -211,43 +222,68 @@
   // (content-visibility tells); its data-ref / data-fill are always written at once.
   const shRef = new Int32Array(NB).fill(-1), shFill = new Int32Array(NB).fill(-1);
   const shFlags = new Int8Array(NB).fill(-1); // cached | head << 1 | touched << 2
-  const shKey = new Array(NB).fill(null), shWho = new Array(NB).fill(null);
+  // the owner shown: a sequence, -1 none, -2 several (their list in shWho), -3 not drawn yet
+  const shOwner = new Int32Array(NB).fill(-3), shWho = new Array(NB).fill(null);
   const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
   const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
+  // what each tile's element holds now (its class and badge), so a look that comes out the
+  // same is not written again; a class string is made once per look
+  const shClass = new Array(NB).fill("block free"), shBadge = new Array(NB).fill("");
+  const shKids = new Int8Array(NB).fill(-1); // shared | free << 1, as the children show it
+  const classes = new Map();
+  function classOf(ref, flags, owner) {
+    const k = (ref === 0 ? 1 : ref > 1 ? 2 : 0) | (flags << 2) | ((owner + 2) << 5);
+    let c = classes.get(k);
+    if (c === undefined) {
+      c = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
+        (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
+        (owner >= 0 ? " o" + D.colour[owner] : "");
+      classes.set(k, c);
+    }
+    return c;
+  }
   const rowOf = (b) => (b / ROW) | 0;
   // a big pool's rows count as hidden until the observer first reports them
   const hidden = new Uint8Array(Math.ceil(NB / ROW)).fill(BIG ? 1 : 0), stale = new Uint8Array(NB);
   const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
   function drawLook(b) {
     stale[b] = 0;
-    const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
+    const ref = shRef[b], fill = shFill[b], flags = shFlags[b], owner = shOwner[b];
     const label = shLabel[b], hash = shHash[b] ? "#" + plain(shHash[b]) : "", e = blockEls[b];
-    e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
-      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
-      (who.length === 1 ? " o" + D.colour[who[0]] : "");
-    const bg = who.length > 1 ? background(who) : "";
+    const cls = classOf(ref, flags, owner);
+    if (shClass[b] !== cls) { shClass[b] = cls; e.className = cls; }
+    const bg = owner === -2 ? background(shWho[b]) : "";
     if (shBg[b] !== bg) { shBg[b] = bg; e.style.background = bg; }
-    const [, badge, bar, txt] = e.children;
-    setText(badge, D.stream ? shHash[b] : String(ref)); // a stream tells hashes, not ref counts
+    // the badge: a stream's hash on a cached tile, else the ref count of a used tile (a big
+    // pool's only above 1); empty, it is not drawn
+    const badge = D.stream ? (flags & 1 ? shHash[b] : "") : ref > (BIG ? 1 : 0) ? String(ref) : "";
+    if (shBadge[b] !== badge) { shBadge[b] = badge; e.children[1].textContent = badge; }
+    const [bid, , bar, txt] = e.children, kids = (ref > 1 ? 1 : 0) | (ref === 0 ? 2 : 0);
+    if (shKids[b] !== kids) {
+      shKids[b] = kids;
+      if (!BIG) bid.className = kids & 1 ? "bid chip" : "bid"; // a big pool's ids are always on one
+      if (texts) { bar.className = kids & 2 ? "bar off" : "bar"; txt.className = kids & 1 ? "txt chip" : "txt"; }
+    }
     if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
     setText(txt, spaces(plain(label)) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
   }
   function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
-  function drawBlocks(s, d, own) {
+  function drawBlocks(s, d, many) {
     const head = s.free.length ? s.free[0] : -1;
     for (const b of d.e || []) touchedAt[b] = cur;
     for (let b = 0; b < NB; b++) {
-      const who = own.get(b), key = who ? (who.length === 1 ? who[0] : who.join(",")) : null;
+      const who = many.get(b), owner = who === undefined ? firstOwner[b] : -2;
       const flags = s.cached[b] | (b === head ? 2 : 0) | (touchedAt[b] === cur ? 4 : 0);
       const ref = s.ref[b], fill = s.fill[b];
-      if (ref === shRef[b] && fill === shFill[b] && flags === shFlags[b] && key === shKey[b] &&
-          s.labels[b] === shLabel[b] && s.hashes[b] === shHash[b]) continue;
+      if (ref === shRef[b] && fill === shFill[b] && flags === shFlags[b] && owner === shOwner[b] &&
+          (owner !== -2 || sameList(shWho[b], who)) && s.labels[b] === shLabel[b] &&
+          s.hashes[b] === shHash[b]) continue;
       const e = blockEls[b];
       if (ref !== shRef[b]) e.setAttribute("data-ref", String(ref));
       if (fill !== shFill[b]) e.setAttribute("data-fill", String(fill));
-      shRef[b] = ref; shFill[b] = fill; shFlags[b] = flags; shKey[b] = key; shWho[b] = who || null;
+      shRef[b] = ref; shFill[b] = fill; shFlags[b] = flags; shOwner[b] = owner; shWho[b] = who || null;
       shLabel[b] = s.labels[b]; shHash[b] = s.hashes[b];
       if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
     }
@@ -336,8 +372,7 @@
   const rows = new Map(); // seq -> {el, ntok, cells, list, t}
   let orderShown = null, lit = [];
   function makeRow(q) {
-    const c = colourOf(q), row = el("div", { class: "table", "data-seq": D.seqs[q] });
-    row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
+    const row = el("div", { class: "table t" + D.colour[q], "data-seq": D.seqs[q] });
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
     row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
     return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, look: "", seen: false });
@@ -532,16 +567,17 @@
     if (i === cur && state) return;
     const was = cur;
     state = stateAt(i); cur = i;
-    const d = STEPS[i], own = owners(state);
+    const d = STEPS[i], many = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
-    captionEl.textContent = plain(d.c);
-    headline.textContent = short(plain(d.c));
-    headline.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
-    captionEl.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
+    const text = plain(d.c), title = text + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
+    captionEl.textContent = text;
+    headline.textContent = short(text);
+    headline.title = title;
+    captionEl.title = title;
     drawNow();
     whyEl.textContent = plain(d.w || "");
     drawMarks(d);
-    drawBlocks(state, d, own);
+    drawBlocks(state, d, many);
     drawFree(state);
     drawTables(state, d);
     if (presenting) fitTables();
@@ -567,7 +603,7 @@
 
   // ---- a block's details, on hover or click ---------------------------------------------
   function describe(b) {
-    const own = owners(state).get(b) || [];
+    const own = ownersOf(b, owners(state));
     const rows = [
       [UI.block, b], [UI["ref count"], state.ref[b]],
       [UI.owners, own.length ? own.map((q) => D.seqs[q]).join(", ") : (state.cached[b] ? UI.cached : UI.free)],
@@ -751,6 +787,7 @@
     body.classList.toggle("projector", on); bProj.classList.toggle("on", on);
     if (on && !texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
       texts = true;
+      shKids.fill(-1);
       for (let b = 0; b < NB; b++) {
         blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
         if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
