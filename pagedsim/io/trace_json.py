@@ -24,6 +24,19 @@ KINDS = {tr._snake(cls.__name__): cls for cls in tr.Event.__subclasses__()}  # e
 # (json's own functions type them Any); validate() checks a loaded one before it is used
 JSONObject = dict[str, Any]
 TUPLE_FIELDS = ("free_list", "ref_counts", "block_fill", "cached_blocks")
+# traces saved before issue 41 gave these numbers vLLM's names: (where, old key) -> new key;
+# such a file is read as saved, and written back with the new keys
+RENAMED = {
+    ("snapshot", "num_blocks"): "num_gpu_blocks",
+    ("prefix_cache_reset", "num_blocks"): "num_forgotten",
+}
+
+
+def _renamed(d: JSONObject, where: str) -> JSONObject:
+    """`d` with the keys a trace saved before issue 41 used renamed (one key never shadows
+    another: a dict holding both names is left for validation to judge)."""
+    old = {o: n for (w, o), n in RENAMED.items() if w == where and o in d and n not in d}
+    return {old.get(k, k): v for k, v in d.items()} if old else d
 
 
 def snapshot_to_dict(snapshot: tr.Snapshot) -> JSONObject:
@@ -56,6 +69,7 @@ def _tuples(value: Any) -> Any:
 
 def event_from_dict(d: JSONObject) -> tr.Event:
     kind = d.get("kind")
+    d = _renamed(d, str(kind))
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(KINDS))}")
     cls = KINDS[kind]
@@ -90,10 +104,6 @@ def validate(d: object) -> None:
     step = d.get("step")
     _whole(step, "step")
     where = f"snapshot {step}"
-    if "num_blocks" in d and "num_gpu_blocks" not in d:  # a trace saved before the rename
-        raise ValueError(
-            f"{where}: 'num_blocks' is now 'num_gpu_blocks' (vLLM v1's name); save the trace again"
-        )
     n = _whole(d.get("num_gpu_blocks"), f"{where}: num_gpu_blocks", 1, 1 << 20)
     bs = _whole(d.get("block_size"), f"{where}: block_size", 1, 1 << 16)
     _blocks(d.get("free_list", ()), f"{where}: free_list", n, distinct=True)
@@ -125,6 +135,8 @@ def validate(d: object) -> None:
 
 
 def snapshot_from_dict(d: JSONObject) -> tr.Snapshot:
+    if isinstance(d, dict):
+        d = _renamed(d, "snapshot")
     validate(d)
     try:
         values = {f.name: d[f.name] for f in fields(tr.Snapshot) if f.name in d}

@@ -215,17 +215,31 @@ def test_a_trace_with_a_prefix_cache_reset_loads_back():
     assert snaps == m.trace.snapshots
 
 
-def test_a_trace_saved_with_the_old_num_blocks_key_is_refused_naming_the_new_one():
-    m = KVCacheManager(4, 2)
-    m.add_sequence("A", 3)
+def test_a_trace_saved_before_the_rename_reads_back_as_saved():
+    """Traces written before issue 41 said num_blocks (the snapshot's pool, and the count a
+    prefix-cache reset forgot): they load into the same snapshots as the new keys."""
+    m = PrefixCachingManager(6, 2)
+    m.add_sequence("A", 5, [1, 2, 3, 4, 5])
+    m.free_sequence("A")
+    assert m.reset_prefix_cache()
     data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
     for snap in data["snapshots"]:
         snap["num_blocks"] = snap.pop("num_gpu_blocks")  # as saved before issue 41
-    with pytest.raises(ValueError) as e:
+        for e in snap["events"]:
+            if e["kind"] == "prefix_cache_reset":
+                e["num_blocks"] = e.pop("num_forgotten")
+    assert any(e["kind"] == "prefix_cache_reset" for e in data["snapshots"][-1]["events"])
+    assert trace_json.snapshots_from_dict(data) == m.trace.snapshots
+
+
+def test_a_snapshot_with_both_names_for_its_pool_is_judged_by_the_new_one():
+    m = KVCacheManager(4, 2)
+    data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
+    data["snapshots"][0]["num_blocks"] = 99
+    assert trace_json.snapshots_from_dict(data)[0].num_gpu_blocks == 4
+    data["snapshots"][0]["num_gpu_blocks"] = 0
+    with pytest.raises(ValueError, match="num_gpu_blocks"):
         trace_json.snapshots_from_dict(data)
-    assert str(e.value) == (
-        "snapshot 0: 'num_blocks' is now 'num_gpu_blocks' (vLLM v1's name); save the trace again"
-    )
 
 
 def test_describe_never_returns_an_empty_caption():
