@@ -122,6 +122,14 @@ TIMING = """async ([jumps, samples]) => {
 
 
 TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]  # RunTask is in the second
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's, never a download
+
+
+def mark_of(e: dict) -> str | None:
+    """The message of a trace event that is a page's `console.timeStamp` mark, else None."""
+    return (
+        e.get("args", {}).get("data", {}).get("message") if e.get("name") == "TimeStamp" else None
+    )
 
 
 def cpu_times(trace: Path, counts: dict) -> dict:
@@ -134,11 +142,7 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     events = data["traceEvents"] if isinstance(data, dict) else data
     # each change is marked (console.timeStamp) in its task; the page's own timers (a URL
     # written when steps pause) are not changes
-    fires = [
-        e
-        for e in events
-        if e.get("name") == "TimeStamp" and e.get("args", {}).get("data", {}).get("message") == MARK
-    ]
+    fires = [e for e in events if mark_of(e) == MARK]
     if not fires:
         return {"cpu": "not measured: no change marked in the trace"}
     pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
@@ -270,10 +274,9 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
     `cpu`: the run is traced and `cpu_times` added."""
     from playwright.sync_api import sync_playwright
 
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
     out = []
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, args=ARGS)
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         for path in pages:
             page = b.new_page(viewport={"width": 1600, "height": 1000})
             t0 = time.perf_counter()
@@ -326,9 +329,7 @@ def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
     marks = [f"{MARK}-{k}" for k in range(len(pages))] + [f"{MARK}-end"]
     trace = Path(tempfile.mkdtemp()) / "trace.json"
     with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=ARGS
-        )
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         tabs = [b.new_page(viewport={"width": 1600, "height": 1000}) for _ in pages]
         for tab, path in zip(tabs, pages, strict=True):
             tab.goto(path.resolve().as_uri())
@@ -347,11 +348,7 @@ def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
     shutil.rmtree(trace.parent)
     per_thread = collections.defaultdict(list)
     for e in events:
-        message = (
-            e.get("args", {}).get("data", {}).get("message")
-            if e.get("name") == "TimeStamp"
-            else None
-        )
+        message = mark_of(e)
         if message in marks:
             per_thread[(e["pid"], e["tid"])].append((e["ts"], marks.index(message)))
     cpu: list[list[float]] = [[] for _ in pages]
