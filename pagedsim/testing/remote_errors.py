@@ -16,6 +16,7 @@ never obeys it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import pathlib
 import sys
 import traceback
@@ -212,38 +213,23 @@ def build_exception(
         raise RemoteError("a malformed message: a malformed exception")
     exc = _instance(cls, [value(a, depth) for a in args], text, ch)
     for pair in attrs:  # public names only: never __class__, __traceback__, ...
-        if (
-            type(pair) is list
-            and len(pair) == 2
-            and type(pair[0]) is str
-            and not pair[0].startswith("_")
-        ):
-            try:
-                setattr(exc, pair[0], value(pair[1], depth))
-            except (AttributeError, TypeError):
-                pass
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str and pair[0][:1] != "_":
+            attr = value(pair[1], depth)
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(exc, pair[0], attr)
     add_note = getattr(exc, "add_note", None)  # Python 3.11+: on 3.10 the notes are dropped
     for note in notes:
         if type(note) is str and add_note is not None:
             add_note(note)
-    try:  # the other side's own account, for a person to read
+    with contextlib.suppress(AttributeError, TypeError):  # their own account, for a person
         exc.__dict__["remote_traceback"] = formatted
-    except (AttributeError, TypeError):
-        pass
     if inner is not None:
         if type(inner) is not list or not inner or inner[0] != "x" or depth > DEPTH * 10:
             raise RemoteError("a malformed message: a malformed cause")
         exc.__cause__ = value(inner, depth)
-    impl = ch.helpers.get("impl_path", lambda: None)() or getattr(ch, "impl_file", None)
-    frames = [
-        f
-        for f in frames
-        if type(f) is list
-        and len(f) == 2
-        and type(f[0]) is str
-        and type(f[1]) is int
-        and 0 < f[1] <= MAX_LINE
-    ][-MAX_FRAMES:]
+    impl = ch.helpers.get("impl_path", lambda: None)() or ch.impl_file
+    frames = [f for f in frames if type(f) is list and list(map(type, f)) == [str, int]]
+    frames = [f for f in frames if 0 < f[1] <= MAX_LINE][-MAX_FRAMES:]
     if frames and impl:
         try:
             raise_from_frames(exc, frames, str(impl))
