@@ -26,8 +26,7 @@ capability's registered surface before any attribute is looked up, and each answ
 the same gate, so no frame, generator, function, class or module ever crosses. Neither
 side ever unpickles.
 
-Here: the channel and the child's `serve` loop; remote_values.py: what a proxy may ask and
-the write-back; remote_proxy.py: `Remote`, `RemoteModule`, `ask`.
+Here: the channel and the child's `serve` loop; the proxies are in remote_proxy.py.
 """
 
 from __future__ import annotations

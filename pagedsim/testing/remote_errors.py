@@ -1,16 +1,13 @@
 """Exceptions across the socket: encoded by the side that raised, rebuilt by the other.
 
 Part of pagedsim/testing/remote.py. An exception crosses as data (remote_codec.py's
-`["x", ...]` node): its class, its arguments, its text, public attributes, notes, its
-cause (up to `DEPTH` deep), the (function, line) frames it passed in the student's file and
-its formatted traceback. Its class crosses by *name* only when the name is in
-`KNOWN_EXCEPTIONS` (the builtins, and a fixed list of pagedsim's and the course's own); any
-other class (a student's `PoolError(ValueError)`) becomes a stand-in class here, made with
-`type()`, with that name and the known classes it derives from as bases: no name from the
-other side is ever looked up anywhere else. The exception is re-raised from frames with
-the student's file name, so messages read as they do in-process. The grader turns an exit,
-an interrupt or any class that is not an `Exception` from the child into a RemoteError,
-never obeys it.
+`["x", ...]` node). Its class crosses by *name* only when the name is in `KNOWN_EXCEPTIONS`
+(the builtins, and a fixed list of pagedsim's and the course's own); any other class (a
+student's `PoolError(ValueError)`) becomes a stand-in made here with `type()`, with that
+name and its known bases: no name from the other side is ever looked up anywhere else. It
+is re-raised from frames with the student's file name, so messages read as they do
+in-process. An exit, an interrupt or any non-`Exception` from the child becomes a
+RemoteError in the grader, never obeyed.
 """
 
 from __future__ import annotations
