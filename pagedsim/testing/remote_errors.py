@@ -32,25 +32,17 @@ MAX_TRACEBACK = 20_000  # characters of formatted traceback carried along
 
 # The exception classes that cross by name: every builtin one, and these (module, name)
 # pairs, looked up only in modules this process has already imported.
-_LISTED = (
-    ("pagedsim.errors", "OutOfBlocks"),
-    ("pagedsim.errors", "BlockError"),
-    ("pagedsim.errors", "SequenceError"),
-    ("pagedsim.testing.contract", "NonConformance"),
-    ("pagedsim.testing.conform", "LoadError"),
-    ("course.impl", "ImportFailed"),
-    ("course.impl", "ImportTimeout"),
-    ("course.guard", "SolutionsHidden"),
-    ("course.ch03_kv_block.lessons", "NeedsExercise"),
-    ("cuda_kernels._checks", "ArgumentTypeError"),
-)
+_LISTED = """pagedsim.errors.OutOfBlocks pagedsim.errors.BlockError pagedsim.errors.SequenceError
+    pagedsim.testing.contract.NonConformance pagedsim.testing.conform.LoadError
+    course.impl.ImportFailed course.impl.ImportTimeout course.guard.SolutionsHidden
+    course.ch03_kv_block.lessons.NeedsExercise cuda_kernels._checks.ArgumentTypeError""".split()
 KNOWN_EXCEPTIONS = {
     **{
         name: ("builtins", name)
         for name, v in vars(builtins).items()
         if isinstance(v, type) and issubclass(v, BaseException)
     },
-    **{f"{mod}.{name}": (mod, name) for mod, name in _LISTED},
+    **{wire: tuple(wire.rsplit(".", 1)) for wire in _LISTED},
 }
 _NEVER_FROM_CHILD = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
