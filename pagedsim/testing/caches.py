@@ -120,9 +120,7 @@ def paged_caches(
     """PagedCases: scattered blocks, poisoned unused slots, GQA groups, odd head dims."""
     return st.builds(
         CaseSpec,
-        context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs).map(
-            tuple
-        ),
+        context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs),
         block_size=st.sampled_from(block_sizes),
         num_kv_heads=st.integers(1, max_kv_heads),
         group=st.integers(1, max_group),

@@ -59,35 +59,19 @@ def parser() -> argparse.ArgumentParser:
         help="also check fn(query, kv_cache, block_tables, context_lens, scale)",
     )
     p.add_argument(
-        "--examples",
-        type=int_in(1, 1_000_000),
-        default=100,
-        help="Hypothesis examples (default 100)",
-    )
-    p.add_argument(
-        "--steps",
-        type=int_in(1, 100_000),
-        default=40,
-        help="calls per manager example (default 40)",
-    )
-    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="random seed (default 0)")
-    p.add_argument(
         "--check-free-order",
         choices=("lifo", "fifo"),
         help="also require the model's block ids for this free order",
     )
-    p.add_argument(
-        "--call-timeout",
-        type=float_in(0, 3600, open_low=True),
-        default=10.0,
-        help="seconds one call into user code may take (default 10)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float_in(0, 86_400, open_low=True),
-        default=600.0,
-        help="seconds the whole check may take before it is killed (default 600)",
-    )
+    call, whole = float_in(0, 3600, open_low=True), float_in(0, 86_400, open_low=True)
+    for flag, kind, default, what in (
+        ("--examples", int_in(1, 1_000_000), 100, "Hypothesis examples"),
+        ("--steps", int_in(1, 100_000), 40, "calls per manager example"),
+        ("--seed", int_in(0, 2**63 - 1), 0, "random seed"),
+        ("--call-timeout", call, 10.0, "seconds one call into user code may take"),
+        ("--timeout", whole, 600.0, "seconds the whole check may take before it is killed"),
+    ):
+        p.add_argument(flag, type=kind, default=default, help=f"{what} (default {default:g})")
     return p
 
 
@@ -156,6 +140,11 @@ class Target:
             self.ch.kill("closed")
         self.kill()
 
+    def start(self) -> None:
+        """A child that has imported the kit and answers (its start-up is never timed)."""
+        with _alarm_paused():
+            self._start()
+
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -174,13 +163,7 @@ class Target:
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self.kill)
         self.loaded = {}
-
-    def start(self) -> None:
-        """A child that has imported the kit and answers (its start-up is never timed)."""
-        with _alarm_paused():
-            self._start()
-            assert self.ch is not None, "_start made a channel"
-            remote.ask(self.ch, "load", None, os.getcwd())
+        remote.ask(self.ch, "load", None, os.getcwd())
 
     def get(self, target: str, call_timeout: float | None = None) -> Loaded:
         """The object `target` names, loaded in a live child (LoadError if it cannot be): a
@@ -295,8 +278,6 @@ def _verdict(args: argparse.Namespace, target: Target, factory: Loaded, fn: Load
         what = args.attention if fn is not None and len(done) == 1 else args.target
         print(f"pagedsim conform: {what} does NOT conform.\n\n{exc}")
         return 1
-    except Expired:
-        raise
     except Exception:  # noqa: BLE001 -- e.g. Hypothesis's Flaky for a nondeterministic manager
         if target.expired:
             return _too_slow(args)

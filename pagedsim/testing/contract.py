@@ -35,6 +35,7 @@ from ..errors import OutOfBlocks
 from .messages import render
 
 RAN_OUT = (OutOfBlocks, MemoryError)  # the two ways to say "no free blocks"
+NEEDED = "add_sequence append_tokens fork free_sequence block_table num_free_blocks".split()
 
 
 class NonConformance(AssertionError):
@@ -128,14 +129,7 @@ class Managed:
         outcome, value = self.call(text, factory, num_gpu_blocks, block_size, log=False)
         if outcome != "ok":
             self.fail(f"{text} raised {describe(value)}")
-        for name in (
-            "add_sequence",
-            "append_tokens",
-            "fork",
-            "free_sequence",
-            "block_table",
-            "num_free_blocks",
-        ):
+        for name in NEEDED:
             if not hasattr(value, name):
                 self.fail(
                     f"{text} returned {type_name(value)}, which has no `{name}` "
@@ -155,7 +149,12 @@ class Managed:
         value = self.query("m.num_free_blocks", getattr, self.obj, "num_free_blocks")
         if callable(value):
             value = self.query("m.num_free_blocks()", value)
-        return as_int("num_free_blocks", value, self)
+        try:
+            return operator.index(cast(SupportsIndex, value))  # TypeError if it is not one
+        except TypeError:
+            self.fail(
+                f"m.num_free_blocks is {value!r}: expected an int (or a method returning one)"
+            )
 
     def table(self, seq: object) -> list[int]:
         raw = self.query(f"m.block_table({seq!r})", self.obj.block_table, seq)
@@ -173,13 +172,6 @@ class Managed:
             return [(operator.index(s), operator.index(d)) for s, d in pairs]
         except (TypeError, ValueError):
             self.fail(f"m.drain_copies() returned {pairs!r}: expected (src, dst) int pairs")
-
-
-def as_int(name: str, value: object, managed: Managed) -> int:
-    try:
-        return operator.index(cast(SupportsIndex, value))  # TypeError if it is not one
-    except TypeError:
-        managed.fail(f"m.{name} is {value!r}: expected an int (or a method returning one)")
 
 
 def type_name(value: object) -> str:

@@ -1,19 +1,13 @@
 """Processes that end when the job ends, a sandbox where bubblewrap exists, and folder hashes.
 
-    become_subreaper()     orphans of our children come back to us (Linux prctl), not to init,
-                           so a child that calls setsid() and forks is still found and killed
+    become_subreaper()     orphans of our children come back to us, not to init
     kill_tree(pid)         SIGKILL a process, its session, and every descendant, until none is left
-    sandbox_argv(...)      `bwrap` in front of a command: its own PID, network, IPC and user
-                           namespaces; the file system read-only but for the scratch folder, and
-                           only the folders Python and the code need (no source tree, no solutions)
-    job_uid / kill_user    a uid of its own per job (when the grader is root), and every
-                           process of it killed at once, until none is left
-    checker_uid            the uid of a job's checker: never 0, never a job's
-    confined(...)          a mount namespace of its own: private /tmp, solutions hidden,
-                           read-only but scratch; then an `Account` (`switch`: a uid, its
-                           groups, no capability left with `bare`, no_new_privs)
-    Limits                 rlimits per job: memory, CPU time, file size, open files, processes
-    child_env(...)         the submission's whole environment (nothing of the grader's)
+    sandbox_argv(...)      `bwrap` in front of a command: own PID, network, IPC and user
+                           namespaces, read-only but scratch, no source tree, no solutions
+    job_uid / kill_user    a uid of its own per job (grader as root), all its processes killed
+    confined(...)          a mount namespace of its own (private /tmp, solutions hidden,
+                           read-only but scratch), then an `Account` (`switch`)
+    Limits / child_env     rlimits per job; the submission's whole environment
     contents(folder)       {relative path: sha256} to find files a job changed, by content
 
 Without bubblewrap and as a user other than root, a submission runs as the grader's own
@@ -40,7 +34,10 @@ from typing import Any
 
 from . import walk
 
-PR_SET_CHILD_SUBREAPER = 36
+# Linux constants: prctl options, mount(2) and unshare(2) flags
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, LAST_CAP = 36, 38, 24, 63
+CLONE_NEWNS, MS_PRIVATE, MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 0x20000, 1 << 18, 1, 8, 32
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 
 def become_subreaper() -> bool:
@@ -136,7 +133,8 @@ def kill_tree(
             _signal_group(sid, signal.SIGKILL)
         _signal(found, signal.SIGKILL)
         killed |= found
-        _reap(killed)
+        for p in killed:
+            _wait(p)
         time.sleep(0.01)
     _reap_each(killed, sessions)
 
@@ -179,7 +177,8 @@ def _reap_each(pids: set[int], sessions: Collection[int], seconds: float = 5.0) 
 
 
 def _wait(pid: int) -> bool:
-    """Collect `pid` if it is our child and has exited."""
+    """Collect `pid` if it is our exited child. Never `waitpid(-1)`: it would take another
+    thread's child, whose Popen would then read a false status of 0."""
     try:
         return os.waitpid(pid, os.WNOHANG)[0] == pid
     except ChildProcessError:
@@ -209,24 +208,12 @@ def _signal(pids: Iterable[int], sig: int) -> None:
             pass
 
 
-def _reap(pids: Iterable[int]) -> None:
-    """Collect those of `pids` that are exited children of ours, and no other: a `waitpid(-1)`
-    would take another thread's child, whose Popen would then read a false status of 0."""
-    for p in pids:
-        _wait(p)
-
-
+@functools.cache
 def bwrap() -> str | None:
     """The bubblewrap executable, if it is installed and works here (probed once)."""
-    global _PROBED
-    if _PROBED is None:
-        exe = shutil.which("bwrap") or ""
-        probe = [exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
-        _PROBED = exe if exe and _succeeds(probe, 20) else ""
-    return _PROBED or None
-
-
-_PROBED: str | None = None
+    exe = shutil.which("bwrap")
+    probe = [exe or "", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
+    return exe if exe and _succeeds(probe, 20) else None
 
 
 def _succeeds(argv: list[str], timeout: float, **popen: Any) -> bool:
@@ -308,8 +295,6 @@ def checker_uid(slot: int) -> int:
 
 
 # -- the runtime a job's user can reach -----------------------------------------------------------
-CLONE_NEWNS, MS_PRIVATE = 0x20000, 1 << 18
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 
 def closed_folders(paths: Iterable[str | Path]) -> list[tuple[str, tuple[str, ...]]]:
@@ -349,9 +334,6 @@ class Account:
     bare: bool = False  # no capability left even in the bounding set, and no_new_privs set
 
 
-PR_SET_NO_NEW_PRIVS = 38
-
-
 def switch(account: Account, libc: Any = None) -> None:
     """In the child (as root, between fork and exec): become `account`. Leaving uid 0 clears
     the permitted, effective and ambient capability sets; with `account.bare` the bounding
@@ -362,8 +344,7 @@ def switch(account: Account, libc: Any = None) -> None:
     if account.bare:
         for cap in range(LAST_CAP + 1):
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, ignored
-        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+        _ok(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     os.setgroups(list(account.groups))
     os.setresgid(account.uid, account.uid, account.uid)
     os.setresuid(account.uid, account.uid, account.uid)
@@ -402,8 +383,6 @@ PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, priva
 # cannot remount what is read-only), no CAP_DAC_OVERRIDE, no ptrace. One that `switch`es to an
 # `Account` keeps nothing of them.
 ROOT_CAPS = {0, 3, 5, 6, 7, 31}  # chown, fowner, kill, setgid, setuid, setfcap
-PR_CAPBSET_DROP, LAST_CAP = 24, 63
-MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 1, 8, 32
 _KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 
@@ -466,26 +445,22 @@ def _read_only_but(libc: Any, writable: str) -> None:
                 raise
 
 
-def _mount(
-    libc: Any,
-    src: bytes | None,
-    dst: bytes,
-    kind: bytes | None,
-    flags: int,
-    data: bytes | None = None,
-) -> None:
-    if libc.mount(src, dst, kind, flags, data) != 0:
+def _mount(libc: Any, src: Any, dst: bytes, kind: Any, flags: int, data: Any = None) -> None:
+    _ok(libc.mount(src, dst, kind, flags, data), f"mount {dst!r}")
+
+
+def _ok(result: int, what: str) -> None:
+    """OSError (with errno) when a libc call returned non-zero."""
+    if result != 0:
         e = ctypes.get_errno()
-        raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
+        raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def _private_view(
     libc: Any, view: Iterable[tuple[str, tuple[str, ...]]], hides: Iterable[str] = ()
 ) -> None:
     mount = functools.partial(_mount, libc)
-    if libc.unshare(CLONE_NEWNS) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"unshare: {os.strerror(e)}")
+    _ok(libc.unshare(CLONE_NEWNS), "unshare")
     mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
     for folder, below in view:
         fds = [os.open(p, os.O_PATH | os.O_CLOEXEC) for p in below]  # before they are covered
@@ -501,31 +476,25 @@ def _private_view(
             mount(b"/dev/null", p.encode(), None, MS_BIND)
 
 
+@functools.cache
 def can_run_as_user(sandbox: bool) -> bool:
     """Whether a job's user could run this Python (under bubblewrap too, with `sandbox`): only
     root can switch users, and the interpreter must not sit in a folder only root may enter
     (e.g. a pyenv under /root). Probed once per value of `sandbox`."""
-    if sandbox not in _USER_PROBED:
-        ok = os.geteuid() == 0
-        if ok:
-            import tempfile
+    if os.geteuid() != 0:
+        return False
+    import tempfile
 
-            uid = job_uid(63)
-            with tempfile.TemporaryDirectory() as home:
-                give_to(uid, Path(home))
-                argv = [sys.executable, "-S", "-c", "pass"]
-                if sandbox:
-                    argv = sandbox_argv(
-                        argv, code_root=Path(home), scratch=Path(home), env={"HOME": home}
-                    )
-                reach = become(uid, reach=runtime_paths(home))
-                ok = _succeeds(argv, 30, preexec_fn=reach, cwd=home, env={"HOME": home})
-                kill_user(uid)
-        _USER_PROBED[sandbox] = ok
-    return _USER_PROBED[sandbox]
-
-
-_USER_PROBED: dict[bool, bool] = {}
+    uid = job_uid(63)
+    with tempfile.TemporaryDirectory() as home:
+        give_to(uid, Path(home))
+        argv = [sys.executable, "-S", "-c", "pass"]
+        if sandbox:
+            argv = sandbox_argv(argv, code_root=Path(home), scratch=Path(home), env={"HOME": home})
+        reach = become(uid, reach=runtime_paths(home))
+        ok = _succeeds(argv, 30, preexec_fn=reach, cwd=home, env={"HOME": home})
+        kill_user(uid)
+    return ok
 
 
 def processes_of(uid: int) -> list[int]:
@@ -553,14 +522,14 @@ def kill_user(uid: int) -> None:
     kill_all = [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
     seen: set[int] = set()
     for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
+        for p in seen:
+            _wait(p)
         if attempt and not processes_of(uid) and not processes_of(uid):
-            _reap(seen)
             return
         _succeeds(kill_all, 10, preexec_fn=become(uid), env={}, stdin=subprocess.DEVNULL)
         found = processes_of(uid)
         seen.update(found)
         _signal(found, signal.SIGKILL)
-        _reap(seen)
         time.sleep(0.02)
 
 
@@ -700,9 +669,3 @@ def read_only(folder: Path) -> None:
     for p in [*Path(folder).rglob("*"), Path(folder)]:
         if not p.is_symlink():
             p.chmod(p.stat().st_mode & ~0o222)
-
-
-def writable(folder: Path) -> None:
-    for p in [Path(folder), *Path(folder).rglob("*")]:
-        if not p.is_symlink():
-            p.chmod(p.stat().st_mode | 0o200)

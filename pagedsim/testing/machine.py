@@ -32,6 +32,7 @@ from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from .contract import Managed, describe
 from .messages import PoolState, diff, hint, took
+from .strategies import Op
 
 FREE_ORDERS = (None, "lifo", "fifo")
 NUM_GPU_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
@@ -43,7 +44,7 @@ T = TypeVar("T")
 
 
 class MachineOptions(TypedDict, total=False):
-    """`manager_machine`'s keywords, for the callers that pass them on (check_manager)."""
+    """`manager_machine`'s keywords, as check_manager passes them on."""
 
     block_size: int | st.SearchStrategy[int] | None
     num_gpu_blocks: int | st.SearchStrategy[int] | None
@@ -145,7 +146,7 @@ class ManagerConformance(RuleBasedStateMachine):
             some = self._live(i)
             calls += [("add_sequence", (some, 1)), ("fork", (some, some))]
         name, args = calls[which % len(calls)]
-        text = _call_text(name, args)
+        text = str(Op(name, args))  # e.g. m.fork(0, 1)
         before = self._observe()
         outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
         try:
@@ -172,10 +173,8 @@ class ManagerConformance(RuleBasedStateMachine):
 
     # ---- one step -------------------------------------------------------------------
     def _live(self, i: int) -> int:
-        """The i-th live sequence (modulo): rule arguments are plain ints, which are cheap
-        to draw and shrink towards the oldest sequence."""
-        live = sorted(self.tokens)
-        return live[i % len(live)]
+        """The i-th live sequence (modulo): plain ints shrink towards the oldest sequence."""
+        return sorted(self.tokens)[i % len(self.tokens)]
 
     def _free(self, seq: int) -> None:
         self._step("free_sequence", (seq,), lambda: self.tokens.pop(seq))
@@ -189,7 +188,7 @@ class ManagerConformance(RuleBasedStateMachine):
     ) -> bool:
         """Call `name(*args)` on the manager and the model; True when the call went through."""
         type(self).steps_run += 1
-        text = _call_text(name, args)
+        text = str(Op(name, args))  # e.g. m.fork(0, 1)
         before = self._observe()
         model_before = self.model.num_free_blocks
         refusal: OutOfBlocks | None = None
@@ -350,11 +349,6 @@ class ManagerConformance(RuleBasedStateMachine):
 
     def _fail(self, problem: str) -> NoReturn:
         self.m.fail(problem)
-
-
-def _call_text(name: str, args: tuple[int, ...]) -> str:
-    """The call as the failure's script writes it, e.g. `m.fork(0, 1)`."""
-    return f"m.{name}({', '.join(map(repr, args))})"
 
 
 def manager_machine(

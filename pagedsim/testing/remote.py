@@ -26,8 +26,7 @@ capability's registered surface before any attribute is looked up, and each answ
 the same gate, so no frame, generator, function, class or module ever crosses. Neither
 side ever unpickles.
 
-Here: the channel and the child's `serve` loop; remote_values.py: what a proxy may ask and
-the write-back; remote_proxy.py: `Remote`, `RemoteModule`, `ask`.
+Here: the channel and the child's `serve` loop; the proxies are in remote_proxy.py.
 """
 
 from __future__ import annotations
@@ -127,13 +126,8 @@ class Channel:
             o = served(o)
             kind = "function" if isinstance(o, Callback) else "object"
             return ["h", kind, self.export(o), type(o).__name__]
-        kind = (
-            "module"
-            if isinstance(o, types.ModuleType)
-            else "function"
-            if isinstance(o, types.FunctionType)
-            else "object"
-        )
+        kind = "function" if isinstance(o, types.FunctionType) else "object"
+        kind = "module" if isinstance(o, types.ModuleType) else kind
         return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
 
     def decode(self, node: Any, args: tuple[Any, ...] = ()) -> Any:
@@ -157,16 +151,12 @@ class Channel:
 
     def _theirs(self, kind: str, key: int, name: str) -> Any:
         if key not in self.proxies:
-            self.proxies[key] = self._make_proxy(key, kind, name)
+            proxy: Any = (RemoteModule if kind == "module" else Remote)(self, key, name)
+            if kind == "function" and self.trusting:  # a real function, so it binds as a method
+                self.proxies[key] = lambda *a, **k: proxy(*a, **k)
+            else:
+                self.proxies[key] = proxy
         return self.proxies[key]
-
-    def _make_proxy(self, key: int, kind: str, name: str) -> Any:
-        if kind == "module":
-            return RemoteModule(self, key, name)
-        if kind == "function" and self.trusting:  # a real function, so it binds as a method
-            proxy = Remote(self, key, name)
-            return lambda *a, **k: proxy(*a, **k)
-        return Remote(self, key, name)
 
     # -- the conversation ------------------------------------------------------------------
     def _send(self, message: object) -> None:
@@ -258,74 +248,59 @@ class Channel:
                 self.on_dead()
 
     def _serve(self, message: list[Any]) -> None:
-        with self.guard():
-            self._serve_one(message)
-
-    def _serve_one(self, message: list[Any]) -> None:
-        seq: Any = 0
-        back: dict[int | str, Any] = {}
-        aliases: dict[int, tuple[int, Any]] = {}
-        args: Any = ()
-        reply: tuple[str, Any]
-        try:
-            if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
-                raise RemoteError("a malformed request")
-            _tag, seq, op, payload = message
-            payload = self.decode(payload)
-            if type(payload) is not tuple or not payload and op not in self.helpers:
-                raise RemoteError("a malformed request")
-            args = payload[1] if op == "call" else ()
-            value = self.perform(op, payload)
-            if op == "call":
-                back = _collect_back(payload[1], payload[2])
-                aliases = {
-                    id(a): (i, a) for i, a in enumerate(payload[1]) if isinstance(a, MUTABLE)
-                }
-            reply = ("ok", value)
-        except BaseException as e:  # noqa: BLE001 - every failure goes back as the caller's exception
-            if isinstance(e, KeyboardInterrupt) and not self.trusting:
+        with self.guard():  # the other end's request drives what runs here: audited
+            seq: Any = 0
+            back: dict[int | str, Any] = {}
+            aliases: dict[int, tuple[int, Any]] = {}
+            reply: tuple[str, Any]
+            try:
+                if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
+                    raise RemoteError("a malformed request")
+                _tag, seq, op, payload = message
+                payload = self.decode(payload)
+                if type(payload) is not tuple or not payload and op not in self.helpers:
+                    raise RemoteError("a malformed request")
+                value = self.perform(op, payload)
+                if op == "call":
+                    back = _collect_back(payload[1], payload[2])
+                    aliases = {
+                        id(a): (i, a) for i, a in enumerate(payload[1]) if isinstance(a, MUTABLE)
+                    }
+                reply = ("ok", value)
+            except BaseException as e:  # noqa: BLE001 - every failure goes back as the caller's exception
+                if isinstance(e, KeyboardInterrupt) and not self.trusting:
+                    raise
+                reply = ("err", e)
+            try:
+                out = ["P", reply[0], seq, self.encode(reply[1], aliases), self.encode(back)]
+                self._send(out)
+                return
+            except (OSError, ChildDied):
                 raise
-            reply = ("err", e)
-        try:
-            out = ["P", reply[0], seq, self.encode(reply[1], aliases), self.encode(back)]
-            self._send(out)
-            return
-        except (OSError, ChildDied):
-            raise
-        except Exception as e:  # noqa: BLE001 - a result that cannot be sent (a cycle, a huge int)
-            failed = TypeError(f"a value could not be sent back: {type(e).__name__}: {e}")
-        del args
-        self._send(["P", "err", seq, self.encode(failed), ["d", []]])
+            except Exception as e:  # noqa: BLE001 - a result that cannot be sent (a cycle, a huge int)
+                failed = TypeError(f"a value could not be sent back: {type(e).__name__}: {e}")
+            self._send(["P", "err", seq, self.encode(failed), ["d", []]])
 
     def perform(self, op: str, payload: tuple[Any, ...]) -> Any:
-        if self.trusting:
-            if op in self.helpers:
-                return self.helpers[op](*payload)
-            return _perform(op, payload[0], payload)
-        return self._perform_for_untrusted(op, payload)
-
-    def _perform_for_untrusted(self, op: str, payload: tuple[Any, ...]) -> Any:
-        """A request of the submission on one of our capabilities: checked against the
-        capability's surface before any attribute is looked up (remote_caps.py)."""
+        """The other end's request. An untrusting end's names one of our capabilities, and is
+        checked against its surface before any attribute is looked up (remote_caps.py)."""
+        if self.trusting and op in self.helpers:
+            return self.helpers[op](*payload)
         obj = payload[0]
+        if self.trusting:
+            return _perform(op, obj, payload)
         surface = surface_of(obj)
         if surface is None:
             raise PermissionError(f"the grader serves nothing on a {type(obj).__name__}")
         name = payload[1] if op in _NAMED else _OPS.get(op)
         if op == "getattr" and type(name) is str and name in surface.methods:
-            return self._method(obj, name)
+            return self._methods.setdefault((id(obj), name), Method(obj, name))
         allowed = getattr(surface, _NAMED[op]) if op in _NAMED else surface.operations
         if type(name) is not str or name not in allowed or op == "special" and name not in SPECIAL:
             raise PermissionError(
                 f"the grader does not serve {op} {str(name)[:60]!r} on a {type(obj).__name__}"
             )
         return _perform(op, obj, payload)
-
-    def _method(self, obj: object, name: str) -> Method:
-        key = (id(obj), name)
-        if key not in self._methods:
-            self._methods[key] = Method(obj, name)
-        return self._methods[key]
 
 
 # the requests that name an attribute or operator, and the surface field that allows it

@@ -23,7 +23,7 @@ import functools
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from ..block_pool import BlockPool
 from .remote_values import SPECIAL
@@ -182,10 +182,6 @@ def served(obj: object) -> object:
         return obj
     if isinstance(obj, collections.abc.Iterator):  # a generator included: never its frame
         return Cursor(obj)
-    return _refuse(obj)
-
-
-def _refuse(obj: object) -> NoReturn:
     raise Unregistered(
         f"the checker does not hand a {type(obj).__name__} to the code under test: only data "
         "and the capabilities registered in pagedsim/testing/remote_caps.py cross"

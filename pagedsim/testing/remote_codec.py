@@ -203,9 +203,7 @@ class Decoder:
     def value(self, node: Any, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
             raise RemoteError("a malformed message: a value nested too deeply")
-        if node is None or type(node) in (bool, int, str):
-            return node
-        if type(node) is float:
+        if node is None or type(node) in (bool, int, float, str):
             return node
         if type(node) is not list or not node or type(node[0]) is not str:
             raise RemoteError("a malformed message: a value that is not a tagged list")
@@ -215,70 +213,44 @@ class Decoder:
             raise RemoteError(f"a malformed message: an unknown tag {tag[:20]!r}")
         if len(rest) != shape:
             raise RemoteError(f"a malformed message: {tag!r} with {len(rest)} fields")
-        return self._by_tag[tag](rest, depth + 1)
+        return self._by_tag[tag](tag, rest, depth + 1)
 
-    def items(self, seq: Any, depth: int) -> list[Any]:
-        if type(seq) is not list:
+    def _bytes(self, tag: str, rest: list[Any], depth: int) -> Any:
+        return _unb64(rest[0]) if tag == "b" else bytearray(_unb64(rest[0]))
+
+    def _items(self, tag: str, rest: list[Any], depth: int) -> Any:
+        if type(rest[0]) is not list:
             raise RemoteError("a malformed message: items that are not a list")
-        return [self.value(v, depth) for v in seq]
+        items = [self.value(v, depth) for v in rest[0]]
+        return _CONTAINERS[tag](_keys(items) if tag in ("s", "fs") else items)
 
-    def _bytes(self, rest: list[Any], depth: int) -> Any:
-        return _unb64(rest[0])
-
-    def _bytearray(self, rest: list[Any], depth: int) -> Any:
-        return bytearray(_unb64(rest[0]))
-
-    def _list(self, rest: list[Any], depth: int) -> Any:
-        return self.items(rest[0], depth)
-
-    def _tuple(self, rest: list[Any], depth: int) -> Any:
-        return tuple(self.items(rest[0], depth))
-
-    def _set(self, rest: list[Any], depth: int) -> Any:
-        return set(self._hashable(self.items(rest[0], depth)))
-
-    def _frozenset(self, rest: list[Any], depth: int) -> Any:
-        return frozenset(self._hashable(self.items(rest[0], depth)))
-
-    def _dict(self, rest: list[Any], depth: int) -> Any:
+    def _dict(self, tag: str, rest: list[Any], depth: int) -> Any:
         pairs = rest[0]
         if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
             raise RemoteError("a malformed message: a dict that is not a list of pairs")
-        keys = self._hashable([self.value(k, depth) for k, _ in pairs])
+        keys = _keys([self.value(k, depth) for k, _ in pairs])
         return dict(zip(keys, [self.value(v, depth) for _, v in pairs], strict=True))
 
-    @staticmethod
-    def _hashable(values: list[Any]) -> list[Any]:
-        for v in values:
-            if not _is_key(v):
-                raise RemoteError(
-                    "a malformed message: a set member or dict key that is not "
-                    "a number, text, bytes or a tuple of them"
-                )
-        return values
-
-    def _complex(self, rest: list[Any], depth: int) -> Any:
+    def _complex(self, tag: str, rest: list[Any], depth: int) -> Any:
         re_, im = rest
         if type(re_) not in (int, float) or type(im) not in (int, float):
             raise RemoteError("a malformed message: a complex number that is not two numbers")
         return complex(re_, im)
 
-    def _range(self, rest: list[Any], depth: int) -> Any:
+    def _range(self, tag: str, rest: list[Any], depth: int) -> Any:
         return range(*(_int(v, "a range bound") for v in rest))
 
-    def _slice(self, rest: list[Any], depth: int) -> Any:
+    def _slice(self, tag: str, rest: list[Any], depth: int) -> Any:
         return slice(*(self.value(v, depth) for v in rest))
 
-    def _ellipsis(self, rest: list[Any], depth: int) -> Any:
+    def _ellipsis(self, tag: str, rest: list[Any], depth: int) -> Any:
         return Ellipsis
 
-    def _path(self, rest: list[Any], depth: int) -> Any:
-        return pathlib.PosixPath(_str(rest[0], "a path"))
+    def _path(self, tag: str, rest: list[Any], depth: int) -> Any:
+        path = _str(rest[0], "a path")
+        return pathlib.PosixPath(path) if tag == "p" else pathlib.PurePosixPath(path)
 
-    def _purepath(self, rest: list[Any], depth: int) -> Any:
-        return pathlib.PurePosixPath(_str(rest[0], "a path"))
-
-    def _array(self, rest: list[Any], depth: int) -> Any:
+    def _array(self, tag: str, rest: list[Any], depth: int) -> Any:
         dt, shape, data = dtype_of(rest[0]), rest[1], _unb64(rest[2])
         if (
             type(shape) is not list
@@ -290,16 +262,16 @@ class Decoder:
             raise RemoteError("a malformed message: an array whose bytes do not match its shape")
         return np.frombuffer(data, dtype=dt).reshape(shape).copy()
 
-    def _scalar(self, rest: list[Any], depth: int) -> Any:
+    def _scalar(self, tag: str, rest: list[Any], depth: int) -> Any:
         dt, data = dtype_of(rest[0]), _unb64(rest[1])
         if len(data) != dt.itemsize:
             raise RemoteError("a malformed message: a scalar whose bytes do not match its dtype")
         return np.frombuffer(data, dtype=dt)[0]
 
-    def _dtype(self, rest: list[Any], depth: int) -> Any:
+    def _dtype(self, tag: str, rest: list[Any], depth: int) -> Any:
         return dtype_of(rest[0])
 
-    def _record(self, rest: list[Any], depth: int) -> Any:
+    def _record(self, tag: str, rest: list[Any], depth: int) -> Any:
         name, pairs = rest
         cls = RECORDS.get(name) if type(name) is str else None
         if cls is None:
@@ -313,26 +285,32 @@ class Decoder:
             raise RemoteError(f"a malformed message: a {name} with unknown or repeated fields")
         return cls(**{k: self.value(v, depth) for k, v in pairs})
 
-    def _handle(self, rest: list[Any], depth: int) -> Any:
+    def _handle(self, tag: str, rest: list[Any], depth: int) -> Any:
         kind, key, name = rest
         if kind not in ("object", "function", "module"):
             raise RemoteError("a malformed message: an unknown kind of handle")
         return self.theirs(kind, _int(key, "a handle"), _str(name, "a handle's name")[:200])
 
-    def _ours(self, rest: list[Any], depth: int) -> Any:
+    def _ours(self, tag: str, rest: list[Any], depth: int) -> Any:
         return self.ours(_int(rest[0], "a handle"))
 
-    def _arg(self, rest: list[Any], depth: int) -> Any:
+    def _arg(self, tag: str, rest: list[Any], depth: int) -> Any:
         return self.arg(_int(rest[0], "an argument index"))
 
-    def _known_exc(self, rest: list[Any], depth: int) -> Any:
-        return self.exc_class(["kx", *rest])
+    def _exc_class(self, tag: str, rest: list[Any], depth: int) -> Any:
+        return self.exc_class([tag, *rest])
 
-    def _exc_class(self, rest: list[Any], depth: int) -> Any:
-        return self.exc_class(["xc", *rest])
-
-    def _exception(self, rest: list[Any], depth: int) -> Any:
+    def _exception(self, tag: str, rest: list[Any], depth: int) -> Any:
         return self.exception(rest, depth)
+
+
+def _keys(values: list[Any]) -> list[Any]:
+    if not all(map(_is_key, values)):
+        raise RemoteError(
+            "a malformed message: a set member or dict key that is not "
+            "a number, text, bytes or a tuple of them"
+        )
+    return values
 
 
 def _is_key(v: object) -> bool:
@@ -345,19 +323,14 @@ def _is_key(v: object) -> bool:
 
 # tag -> (the Decoder method that builds it, less its "_"; how many fields follow the tag)
 _TAGS = {
-    "b": ("bytes", 1),
-    "ba": ("bytearray", 1),
-    "l": ("list", 1),
-    "t": ("tuple", 1),
-    "s": ("set", 1),
-    "fs": ("frozenset", 1),
+    **dict.fromkeys(("b", "ba"), ("bytes", 1)),
+    **dict.fromkeys(("l", "t", "s", "fs"), ("items", 1)),
     "d": ("dict", 1),
     "c": ("complex", 2),
     "r": ("range", 3),
     "sl": ("slice", 3),
     "...": ("ellipsis", 0),
-    "p": ("path", 1),
-    "pp": ("purepath", 1),
+    **dict.fromkeys(("p", "pp"), ("path", 1)),
     "a": ("array", 3),
     "n": ("scalar", 2),
     "dt": ("dtype", 1),
@@ -365,7 +338,8 @@ _TAGS = {
     "h": ("handle", 3),
     "y": ("ours", 1),
     "g": ("arg", 1),
-    "kx": ("known_exc", 1),
+    "kx": ("exc_class", 1),
     "xc": ("exc_class", 3),
     "x": ("exception", 8),
 }
+_CONTAINERS = {tag: t for t, tag in _SEQUENCES.items()}

@@ -1,21 +1,19 @@
 """Exceptions across the socket: encoded by the side that raised, rebuilt by the other.
 
 Part of pagedsim/testing/remote.py. An exception crosses as data (remote_codec.py's
-`["x", ...]` node): its class, its arguments, its text, public attributes, notes, its
-cause (up to `DEPTH` deep), the (function, line) frames it passed in the student's file and
-its formatted traceback. Its class crosses by *name* only when the name is in
-`KNOWN_EXCEPTIONS` (the builtins, and a fixed list of pagedsim's and the course's own); any
-other class (a student's `PoolError(ValueError)`) becomes a stand-in class here, made with
-`type()`, with that name and the known classes it derives from as bases: no name from the
-other side is ever looked up anywhere else. The exception is re-raised from frames with
-the student's file name, so messages read as they do in-process. The grader turns an exit,
-an interrupt or any class that is not an `Exception` from the child into a RemoteError,
-never obeys it.
+`["x", ...]` node). Its class crosses by *name* only when the name is in `KNOWN_EXCEPTIONS`
+(the builtins, and a fixed list of pagedsim's and the course's own); any other class (a
+student's `PoolError(ValueError)`) becomes a stand-in made here with `type()`, with that
+name and its known bases: no name from the other side is ever looked up anywhere else. It
+is re-raised from frames with the student's file name, so messages read as they do
+in-process. An exit, an interrupt or any non-`Exception` from the child becomes a
+RemoteError in the grader, never obeyed.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import pathlib
 import sys
 import traceback
@@ -34,25 +32,17 @@ MAX_TRACEBACK = 20_000  # characters of formatted traceback carried along
 
 # The exception classes that cross by name: every builtin one, and these (module, name)
 # pairs, looked up only in modules this process has already imported.
-_LISTED = (
-    ("pagedsim.errors", "OutOfBlocks"),
-    ("pagedsim.errors", "BlockError"),
-    ("pagedsim.errors", "SequenceError"),
-    ("pagedsim.testing.contract", "NonConformance"),
-    ("pagedsim.testing.conform", "LoadError"),
-    ("course.impl", "ImportFailed"),
-    ("course.impl", "ImportTimeout"),
-    ("course.guard", "SolutionsHidden"),
-    ("course.ch03_kv_block.lessons", "NeedsExercise"),
-    ("cuda_kernels._checks", "ArgumentTypeError"),
-)
+_LISTED = """pagedsim.errors.OutOfBlocks pagedsim.errors.BlockError pagedsim.errors.SequenceError
+    pagedsim.testing.contract.NonConformance pagedsim.testing.conform.LoadError
+    course.impl.ImportFailed course.impl.ImportTimeout course.guard.SolutionsHidden
+    course.ch03_kv_block.lessons.NeedsExercise cuda_kernels._checks.ArgumentTypeError""".split()
 KNOWN_EXCEPTIONS = {
     **{
         name: ("builtins", name)
         for name, v in vars(builtins).items()
         if isinstance(v, type) and issubclass(v, BaseException)
     },
-    **{f"{mod}.{name}": (mod, name) for mod, name in _LISTED},
+    **{wire: tuple(wire.rsplit(".", 1)) for wire in _LISTED},
 }
 _NEVER_FROM_CHILD = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
@@ -212,38 +202,23 @@ def build_exception(
         raise RemoteError("a malformed message: a malformed exception")
     exc = _instance(cls, [value(a, depth) for a in args], text, ch)
     for pair in attrs:  # public names only: never __class__, __traceback__, ...
-        if (
-            type(pair) is list
-            and len(pair) == 2
-            and type(pair[0]) is str
-            and not pair[0].startswith("_")
-        ):
-            try:
-                setattr(exc, pair[0], value(pair[1], depth))
-            except (AttributeError, TypeError):
-                pass
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str and pair[0][:1] != "_":
+            attr = value(pair[1], depth)
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(exc, pair[0], attr)
     add_note = getattr(exc, "add_note", None)  # Python 3.11+: on 3.10 the notes are dropped
     for note in notes:
         if type(note) is str and add_note is not None:
             add_note(note)
-    try:  # the other side's own account, for a person to read
+    with contextlib.suppress(AttributeError, TypeError):  # their own account, for a person
         exc.__dict__["remote_traceback"] = formatted
-    except (AttributeError, TypeError):
-        pass
     if inner is not None:
         if type(inner) is not list or not inner or inner[0] != "x" or depth > DEPTH * 10:
             raise RemoteError("a malformed message: a malformed cause")
         exc.__cause__ = value(inner, depth)
-    impl = ch.helpers.get("impl_path", lambda: None)() or getattr(ch, "impl_file", None)
-    frames = [
-        f
-        for f in frames
-        if type(f) is list
-        and len(f) == 2
-        and type(f[0]) is str
-        and type(f[1]) is int
-        and 0 < f[1] <= MAX_LINE
-    ][-MAX_FRAMES:]
+    impl = ch.helpers.get("impl_path", lambda: None)() or ch.impl_file
+    frames = [f for f in frames if type(f) is list and list(map(type, f)) == [str, int]]
+    frames = [f for f in frames if 0 < f[1] <= MAX_LINE][-MAX_FRAMES:]
     if frames and impl:
         try:
             raise_from_frames(exc, frames, str(impl))

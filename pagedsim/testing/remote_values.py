@@ -8,6 +8,7 @@ methods, which the serving side runs through `OPERATORS`; lists, dicts, sets and
 
 from __future__ import annotations
 
+import builtins
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -17,16 +18,11 @@ import numpy as np
 MUTABLE = (list, dict, set, bytearray, np.ndarray)  # copied back after a call
 # The special methods a proxy forwards, and how the serving side runs each one.
 OPERATORS: dict[str, Callable[..., object]] = {
-    "__len__": len,
-    "__iter__": iter,
-    "__next__": next,
+    **{
+        f"__{name}__": getattr(builtins, name)
+        for name in "len iter next bool repr str hash int float".split()
+    },
     "__contains__": lambda o, x: x in o,
-    "__bool__": bool,
-    "__repr__": repr,
-    "__str__": str,
-    "__hash__": hash,
-    "__int__": int,
-    "__float__": float,
     **{
         f"__{name}__": getattr(operator, name)
         for name in "getitem setitem delitem eq ne lt le gt ge index add sub mul neg".split()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
@@ -44,11 +44,11 @@ class CheckOptions(MachineOptions, total=False):
     seed: int | None
 
 
-def quiet_settings(examples: int, stateful_step_count: int | None = None) -> settings:
-    """Settings for a one-shot run: no database, no deadline, no Hypothesis printing, and
-    no "explain" phase (it re-runs the shrunk example hundreds of times to say which
-    arguments do not matter; our counterexample is already a script)."""
-    quiet = settings(
+def quiet_settings(examples: int, **extra: Any) -> settings:
+    """Settings for a one-shot run (`extra`: e.g. stateful_step_count): no database, no
+    deadline, no Hypothesis printing, and no "explain" phase (it re-runs the shrunk example
+    hundreds of times to say which arguments do not matter; our counterexample is a script)."""
+    return settings(
         max_examples=examples,
         deadline=None,
         database=None,
@@ -57,10 +57,8 @@ def quiet_settings(examples: int, stateful_step_count: int | None = None) -> set
         report_multiple_bugs=False,
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
+        **extra,
     )
-    if stateful_step_count is None:
-        return quiet
-    return settings(quiet, stateful_step_count=stateful_step_count)
 
 
 def seeded(test: Test, seed: int | None) -> Test:

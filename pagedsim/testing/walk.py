@@ -106,12 +106,10 @@ def entries(root: str | os.PathLike[str], bounds: Bounds = Bounds()) -> list[Ent
                     found.append(Entry(path, "other", 0))  # swapped for a link, or unreadable
                     continue
                 stack.append((child, path + "/", _names(child, bounds.entries - seen, bounds)))
-            elif stat.S_ISLNK(st.st_mode):
-                found.append(Entry(path, "link", 0))
-            elif stat.S_ISREG(st.st_mode):
-                found.append(Entry(path, "file", st.st_size))
             else:
-                found.append(Entry(path, "other", 0))
+                kind = "link" if stat.S_ISLNK(st.st_mode) else "other"
+                kind = "file" if stat.S_ISREG(st.st_mode) else kind
+                found.append(Entry(path, kind, st.st_size if kind == "file" else 0))
     finally:
         for fd, _, _ in stack:
             os.close(fd)

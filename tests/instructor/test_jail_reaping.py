@@ -110,7 +110,7 @@ OTHER_CHILD = textwrap.dedent(
 
 
 def test_kill_tree_never_collects_another_threads_child() -> None:
-    """jail._reap once called waitpid(-1): killing one job's tree could collect another job's
+    """kill_tree once called waitpid(-1): killing one job's tree could collect another job's
     checker, whose Popen then read exit status 0 (a crash taken for success)."""
     out = subprocess.run(
         [sys.executable, "-c", OTHER_CHILD],
