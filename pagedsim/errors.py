@@ -36,11 +36,8 @@ class SequenceError(ValueError):
 
 
 def count_arg(name: str, value: object, low: int | None = 0, high: int | None = None) -> int:
-    """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded).
-
-    TypeError for anything that is not an integer (a bool, a float, a string, None);
-    ValueError, naming `name`, for an integer out of range.
-    """
+    """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded);
+    TypeError for a non-integer (a bool too), ValueError naming `name` out of range."""
     if type(value) is int:
         n = value
     else:
@@ -64,9 +61,7 @@ def bool_arg(name: str, value: object) -> bool:
 
 
 def token_ids_arg(name: str, value: Any, n: int | None = None) -> tuple[int, ...]:
-    """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
-
-    A string, a set, a generator or a bare int is a TypeError (a sequence is required)."""
+    """`value` as a tuple of ints in [0, MAX_TOKEN_ID] (exactly `n` if given); a sequence."""
     if (
         isinstance(value, (str, bytes, set, frozenset, dict))
         or not hasattr(value, "__len__")

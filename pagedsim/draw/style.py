@@ -1,18 +1,16 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
-Colours come from `pagedsim/palette.py` (Paul Tol's "muted" scheme), shared by the figures,
-the slides and the browser page; sequences get them in admission order, so a sequence keeps
-its colour for a whole animation. `save` writes without timestamps or version metadata, so
-the same seed gives the same bytes. `with output(fmt=..., dpi=..., look=..., slides=...):`
-holds what `pagedsim figures` chose, and `save` obeys it:
+Colours come from `pagedsim/palette.py`; sequences get them in admission order. `save`
+writes without timestamps or version metadata, so the same seed gives the same bytes.
+`with output(fmt=..., dpi=..., look=..., slides=...):` holds what `pagedsim figures`
+chose, and `save` obeys it:
 
-    fmt     png, svg (text stays <text>: svg.fonttype "none") or pdf (TrueType fonts);
-            a maker's "x.png" is written as "x.svg" / "x.pdf". Neither carries a date.
-    dpi     raster resolution (PNG and the pixels inside PDF/SVG); default DPI.
-    look    "paper" (what figures/ holds) or "projector": Tol "bright" colours, no pale
-            fills, every text at least 12 pt, figures 1.4x larger.
-    slides  `--slides`: multi-frame figures write one frame per file, and every figure is
-            a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080), no text under 18 pt.
+    fmt     png, svg (text stays <text>) or pdf (TrueType fonts); a maker's "x.png" is
+            written as "x.svg" / "x.pdf".
+    dpi     raster resolution; default DPI.
+    look    "paper" or "projector": Tol "bright" colours, no pale fills, every text at
+            least 12 pt, figures 1.4x larger.
+    slides  one frame per file, every figure a whole 16:9 slide, no text under 18 pt.
 """
 
 from __future__ import annotations

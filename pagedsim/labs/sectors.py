@@ -1,11 +1,8 @@
 """How many 32-byte sectors one warp's load touches in each KV-cache layout (pure NumPy).
 
-A warp's global load is served in 32-byte sectors (and 128-byte lines); it is fully
-efficient when the bytes its 32 lanes ask for fill every sector it touches. From the index
-arithmetic alone (the registry, `kv_layouts.LAYOUTS`) this computes the byte each lane
-reads and counts distinct sectors and lines: it predicts, the GPU script measures.
-
-Thread mappings (which (token, dim) lane l reads in one load instruction):
+A warp's load is served in 32-byte sectors (and 128-byte lines). From the index arithmetic
+alone (`kv_layouts.LAYOUTS`) this computes the byte each lane reads and counts distinct
+sectors and lines: it predicts, the GPU script measures. Thread mappings:
 
     kernel  the factory kernel's tile loop (`cuda_kernels.fast.decode`): lanes read dims
             0..31 of one token, one element each;
@@ -13,8 +10,7 @@ Thread mappings (which (token, dim) lane l reads in one load instruction):
             l // B; for vLLM's value layout the vectors run along tokens instead.
 
 References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"; vLLM
-csrc/attention/attention_kernels.cuh (`x = 16 / sizeof(cache_t)`); FlashInfer docs,
-"KV-Cache Layout" (NHD / HND).
+csrc/attention/attention_kernels.cuh.
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ import numpy.typing as npt
 from . import kv_layouts as _kv
 from .kv_layouts import LAYOUTS as LAYOUTS  # the figures iterate it from here
 from .kv_layouts import Coord, layout
+from .waste import text_table
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
@@ -231,10 +228,7 @@ def kv_distance(layout: str, g: Geometry = Geometry(), block: int = 3, head: int
 
 def format_table(rows: Sequence[Mapping[str, object]]) -> str:
     keys = list(rows[0])
-    width = {k: max(len(k), *(len(f"{r[k]}") for r in rows)) for k in keys}
-    lines = ["  ".join(k.rjust(width[k]) for k in keys)]
-    lines += ["  ".join(f"{r[k]}".rjust(width[k]) for k in keys) for r in rows]
-    return "\n".join(lines)
+    return text_table([keys, *([f"{r[k]}" for k in keys] for r in rows)])
 
 
 if __name__ == "__main__":
