@@ -1,11 +1,9 @@
 """The ways a caller can misuse the simulator, and the one integer-argument validator.
 
-`OutOfBlocks` is not a bug: the pool is full, and a scheduler catches it (preempt, swap or
-wait). `BlockError` and `SequenceError` are the caller's bugs (a double free, an unknown
-block or sequence). A wrong *type* is a `TypeError`, a value out of range a `ValueError`.
-Each is raised *before* any state changes. Size limits, so that a typo cannot exhaust
-memory or overflow int64: MAX_NUM_GPU_BLOCKS 2**22 blocks, MAX_BLOCK_SIZE 2**16 tokens,
-MAX_TOKEN_ID 2**63 - 1 (token ids are int64).
+`OutOfBlocks` is not a bug: the pool is full, and a scheduler catches it. `BlockError` and
+`SequenceError` are the caller's bugs (a double free, an unknown block or sequence). A
+wrong *type* is a `TypeError`, a value out of range a `ValueError`, each raised *before*
+any state changes. The MAX_* limits keep a typo from exhausting memory or overflowing int64.
 """
 
 import operator

@@ -79,8 +79,7 @@ REQUIRED = {  # the fields without a default
 
 
 def event_to_json(event: KVEvent) -> dict[str, object]:
-    """One event as vLLM's tagged JSON object (None optional fields left out, as
-    msgspec's omit_defaults does)."""
+    """One event as vLLM's tagged JSON object (None optional fields left out, as msgspec)."""
     out: dict[str, object] = {"type": type(event).__name__}
     out.update({k: v for k, v in asdict(event).items() if k not in OPTIONAL or v is not None})
     return out
@@ -479,8 +478,7 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
 
 
 def shown_frames(num_events: int, limit: int) -> list[int]:
-    """Event numbers to draw (0 = the start): all up to `limit`, else the first and last
-    limit // 2."""
+    """Event numbers to draw (0 = the start): all up to `limit`, else the first and last half."""
     if num_events + 1 <= limit:
         return list(range(num_events + 1))
     half = max(limit // 2, 1)

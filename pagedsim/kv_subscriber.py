@@ -59,8 +59,7 @@ class Subscriber:
             self._poller.register(self._replay, zmq.POLLIN)
 
     def poll(self, timeout_ms: int) -> int:
-        """Take every message waiting (waiting up to timeout_ms for the first); returns how
-        many batches were added."""
+        """Take every message waiting (up to timeout_ms for the first); the batches added."""
         added = 0
         ready = dict(self._poller.poll(timeout_ms))
         while ready:

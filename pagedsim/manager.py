@@ -160,8 +160,7 @@ class KVCacheManager:
     def add_sequence(
         self, seq_id: SeqId, num_tokens: int, *, with_slots: bool = True
     ) -> np.ndarray | None:
-        """Admit a sequence with a `num_tokens`-token prompt; its slot mapping (None
-        without `with_slots`)."""
+        """Admit a `num_tokens`-token prompt; its slot mapping (None without `with_slots`)."""
         self._check_new(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = _count("num_tokens", num_tokens)
@@ -340,8 +339,7 @@ class KVCacheManager:
     def _on_tokens_appended(
         self, seq_id: SeqId, first_position: int, token_ids: tuple[int, ...]
     ) -> None:
-        """Ids of tokens just placed at first_position.., in the same step (a prefix cache
-        hashes full blocks here)."""
+        """Ids of tokens just placed at first_position.. (a prefix cache hashes blocks here)."""
 
     def _restore_states(
         self, plan: dict[SeqId, tuple[tuple[int, ...], int]], prefix_state: Any

@@ -132,8 +132,7 @@ def check_scheduler_args(
     record: object,
     kinds: tuple[type, ...] = (KVCacheManager,),
 ) -> list[Request]:
-    """The arguments both schedulers share: Requests (returned as a list), a manager (one of
-    `kinds`) and a bool; TypeError if not."""
+    """Requests (as a list), a manager (one of `kinds`) and a bool, checked (TypeError)."""
     if not isinstance(manager, kinds):
         names = " or ".join(k.__name__ for k in kinds)
         raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")

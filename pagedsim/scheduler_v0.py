@@ -256,8 +256,7 @@ class SchedulerV0(WorkloadScheduler):
         return (i, 0)
 
     def fork_seq(self, parent: ReqId, child: ReqId) -> None:
-        """v0's fork_seq, between schedule() and update_from_output(): `child` shares
-        `parent`'s blocks and tokens, and samples this step too."""
+        """v0's fork_seq, between schedule() and update_from_output(): `child` shares `parent`."""
         g = self._sampling_group(parent, "parent")
         if not (isinstance(child, tuple) and len(child) == 2 and child[0] == g.key):
             raise ValueError(f"child must be a sequence id ({g.key}, k), got {child!r}")

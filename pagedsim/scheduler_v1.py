@@ -117,8 +117,7 @@ class SchedulerV1(WorkloadScheduler):
         num_lookahead_tokens: int = 0,
         slide_after_update: bool = False,
     ) -> None:
-        """As vLLM v1's Scheduler: the budget, limits and policy from `scheduler_config`,
-        enable_prefix_caching from `cache_config`."""
+        """As vLLM v1's Scheduler, configured by `scheduler_config` and `cache_config`."""
         requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
         check_configs(scheduler_config, cache_config)
         if not isinstance(columns, RequestColumns):
@@ -365,8 +364,7 @@ class SchedulerV1(WorkloadScheduler):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
     ) -> list[ReqId]:
-        """Take what the model sampled (v1's update_from_output): a token for each of
-        `sampling_req_ids`; finished requests are freed. Returns the finished ids."""
+        """Take what the model sampled (v1's update_from_output); the finished request ids."""
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         prefill = decode = 0

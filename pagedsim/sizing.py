@@ -95,8 +95,7 @@ def preset(name: str) -> ModelSpec:
 
 
 def padding_to(nbytes: int, alignment: int = ALIGNMENT) -> int:
-    """Bytes to add to `nbytes` to reach a multiple of `alignment` (a power of two), in
-    0..alignment-1."""
+    """Bytes to add to `nbytes` to reach a multiple of `alignment` (a power of two)."""
     nbytes = count_arg("nbytes", nbytes)
     alignment = count_arg("alignment", alignment, 1)
     if alignment & (alignment - 1):

@@ -309,8 +309,7 @@ def english(story: Story) -> str:
 
 
 def caption(snapshot: tr.Snapshot) -> str:
-    """A recorded step in English words, told on demand (other languages:
-    `pagedsim.text.captions.caption`)."""
+    """A recorded step in English words (other languages: `pagedsim.text.captions.caption`)."""
     return english(story_of(snapshot))
 
 

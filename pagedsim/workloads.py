@@ -111,8 +111,7 @@ def lengths(name: str, num_requests: int, seed: int = 0) -> tuple[np.ndarray, np
 def synthetic(
     name: str, num_requests: int, seed: int = 0, *, n: int = 1, beam_width: int = 1
 ) -> list[Request]:
-    """`num_requests` seeded requests with the dataset's length statistics, all arriving at
-    step 0."""
+    """`num_requests` seeded requests with the dataset's length statistics, arriving at step 0."""
     prompts, outputs = lengths(name, num_requests, seed)
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 

@@ -77,8 +77,7 @@ def make(out_dir: Path) -> list[Path]:
 
 
 def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
-    """`--slides`: the traffic panel, the latency panel and the caveat, one slide each
-    (`3.5b-kernel-cost-slide-<i>-<key>`), all at 18 pt or more on a 16:9 slide body."""
+    """`--slides`: the traffic panel, the latency panel and the caveat, one slide each."""
     import textwrap
 
     paths = []

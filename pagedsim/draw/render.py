@@ -205,8 +205,7 @@ def render(
 
 
 def describe_artists(fig) -> list[tuple]:
-    """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
-    tests compare instead of pixels."""
+    """Every patch and text of `fig` as plain tuples: what tests compare instead of pixels."""
     out: list[tuple[object, ...]] = [
         ("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color()))
         for t in fig.texts
@@ -276,8 +275,7 @@ def _text(ax, x, y, text, size, **kw):
 
 
 def _box(ax, x, y, w, h, **kw):
-    """A rectangle with its top-left corner at (x, y) (y grows downwards), ink-edged unless
-    `kw` says otherwise."""
+    """A rectangle with its top-left corner at (x, y), ink-edged unless `kw` says otherwise."""
     kw.setdefault("edgecolor", palette.INK)
     return ax.add_artist(Rectangle((x, y), w, h, **kw))
 
@@ -475,8 +473,7 @@ def _legend(ax, layout, snap=None):
 
 
 def _free_list(ax, snap, layout):
-    """The free list as a chain of nodes from HEAD, as many as fit, then TAIL (or how many
-    more, or that it is empty)."""
+    """The free list as a chain of nodes from HEAD, as many as fit, then TAIL or how many more."""
     y, free = layout.free_y, snap.free_list
     title = style.tr("free list, head first = allocate() order ({n} free)", n=len(free))
     _text(ax, 0.5, y, title, 10, ha="left", fontweight="bold")

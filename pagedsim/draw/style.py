@@ -89,8 +89,7 @@ NO_CJK_NOTE = (
 
 
 def cjk_font() -> str | None:
-    """The first installed font that has Chinese glyphs, or None. Fonts installed after
-    matplotlib built its cache are found by file name and registered."""
+    """The first installed font with Chinese glyphs (registering ones found by file name)."""
     from matplotlib import font_manager
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
@@ -243,8 +242,7 @@ def fit_slide(fig) -> None:
 
 
 def canvas(size: tuple[float, float], xlim: tuple[float, float], ylim: tuple[float, float]):
-    """(figure, axes) for a diagram: one axes filling a figure of `size` inches, limits
-    `xlim` x `ylim` in the diagram's own units, no frame or ticks."""
+    """(figure, axes) for a diagram: one frameless axes filling the figure, limits in units."""
     fig = new_figure(*size)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(*xlim)
@@ -262,9 +260,7 @@ def text_slide(text: str, gid: str):
 
 
 def _wrap_to_figure(fig) -> None:
-    """Text raised to 18 pt may run off the figure: a horizontal text that does is broken
-    into lines at spaces (never mid-word), as many as it takes to fit between its anchor and
-    the figure's edge."""
+    """Break a horizontal text that runs off the figure into lines at spaces, to fit."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     page = fig.bbox
@@ -327,8 +323,7 @@ def _raise_text(fig, min_pt: float) -> None:
 
 
 def _recolour(fig, lk: Look) -> None:
-    """Swap the paper palette for the look's in a finished figure (alpha is kept), so that
-    every maker gets projector colours without knowing about looks."""
+    """Swap the paper palette for the look's in a finished figure (alpha is kept)."""
     swap = {to_hex(a).lower(): b for a, b in zip(SEQ_COLOURS, lk.seq_colours, strict=True)}
     swap.update({FREE.lower(): lk.free, FREE_EDGE.lower(): lk.free_edge})
     if lk.grey:

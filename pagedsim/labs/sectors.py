@@ -49,8 +49,7 @@ class Geometry:
 def element_offset(
     layout_name: str, which: str, g: Geometry, n: Coord, h: Coord, t: Coord, d: Coord
 ) -> npt.NDArray[np.int64]:
-    """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array
-    start."""
+    """Byte offset of element (n, h, t, d) of K or V (`which`) from its array start."""
     spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
     shape = spec.array_shape(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x)
@@ -156,8 +155,7 @@ class LayoutRow(TypedDict):
 
 
 def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
-    """(sectors, lines) for one contiguous run of run_bytes starting offset_bytes past a
-    128-byte boundary."""
+    """(sectors, lines) of run_bytes starting offset_bytes past a 128-byte boundary."""
     a = np.array([offset_bytes])
     return touched(a, run_bytes, SECTOR), touched(a, run_bytes, LINE)
 

@@ -163,8 +163,7 @@ def main(argv: list[str]) -> int:
 
 
 def _row(length: int, s: Setup, h: float) -> Row:
-    """Swap against recompute for one preempted sequence of `length` tokens; `h`: the share
-    of it v1's prefix cache serves again."""
+    """Swap against recompute for one preempted sequence; `h`: the share v1's cache serves."""
     swap, recompute = swap_seconds(length, s), recompute_seconds(length, s)
     return {
         "tokens": length,

@@ -173,8 +173,7 @@ class CachingBlockPool(LinkedBlockPool):
         return out
 
     def reset(self) -> bool:
-        """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
-        changed, while any block is in use."""
+        """Forget every cached block (v1: reset_prefix_cache); False while any is in use."""
         if self.num_free_blocks != self.num_gpu_blocks:
             return False
         for b in list(self._key):
@@ -185,9 +184,8 @@ class CachingBlockPool(LinkedBlockPool):
         return True
 
     def evict_blocks(self, block_ids: Any) -> None:
-        """Forget the cached contents of these blocks (v1's evict_blocks, for a failed KV load),
-        all or nothing; uncached ids are skipped. A free one keeps its place on the free list,
-        as vLLM 0.34 leaves it (tests/vllm_oracle/test_block_pool_oracle.py)."""
+        """Forget the cached contents of these blocks (v1's evict_blocks), all or nothing; a free
+        one keeps its place on the free list, as vLLM 0.34 leaves it."""
         if isinstance(block_ids, (str, bytes)) or not hasattr(block_ids, "__iter__"):
             raise TypeError(
                 f"block_ids must be an iterable of block ids, got {type(block_ids).__name__}"
@@ -336,8 +334,7 @@ class CachingBlockPool(LinkedBlockPool):
 
     @contextmanager
     def protecting(self, blocks: Iterable[int]) -> Iterator[None]:
-        """A context in which these cached free blocks are never evicted (a hybrid manager's
-        later group keeps its hits while an earlier group allocates; vLLM issue #33775)."""
+        """A context in which these cached free blocks are never evicted (vLLM issue #33775)."""
         self._protected = frozenset(blocks)
         try:
             yield

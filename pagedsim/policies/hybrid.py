@@ -264,8 +264,7 @@ class HybridManager:
 
     # ---- the playground's calls --------------------------------------------------------
     def add_sequence(self, seq_id: SeqId, num_tokens: int, tokens: Any = None) -> Got:
-        """Admit a prompt (ids default to 0, 1, ...) with its cache hit, in one call. A short
-        pool is a recorded step and OutOfBlocks, with nothing else changed."""
+        """Admit a prompt (ids default to 0, 1, ...) with its cache hit; OutOfBlocks if short."""
         self.full._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
         ids = list(range(num_tokens)) if tokens is None else token_ids_arg("tokens", tokens)

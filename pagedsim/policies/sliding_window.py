@@ -53,8 +53,7 @@ class SlidingWindowManager(KVCacheManager):
         return max(0, n - self.sliding_window + 1)
 
     def kept(self, num_tokens: int, num_computed_tokens: int | None = None) -> int:
-        """How many logical blocks stay named for a table of `num_tokens` slots of which
-        `num_computed_tokens` (default: all) are computed."""
+        """Logical blocks that stay named for `num_tokens` slots, `num_computed_tokens` computed."""
         num_tokens = count_arg("num_tokens", num_tokens)
         done = (
             num_tokens
