@@ -141,8 +141,7 @@ class SchedulerV0(WorkloadScheduler):
         tokens: Sequence[TokenIds] | None = None,
         record: bool = True,
     ) -> None:
-        """As vLLM v0's Scheduler; `policy` replaces the one preemption_mode names;
-        `tokens`: each request's prompt ids (prefix caching)."""
+        """As vLLM v0's Scheduler; `policy` replaces preemption_mode's; `tokens`: prompt ids."""
         requests = check_scheduler_args(requests, manager, record)
         check_configs(scheduler_config, cache_config)
         if policy is not None and not isinstance(policy, RecomputePolicy):

@@ -137,10 +137,8 @@ class Layout:
 
 
 def departures(snapshots) -> list[tuple]:
-    """For each frame: the sequences that left the pool in it, as (seq_id, back). A sequence
-    left if the previous frame had it, or this frame's events free it, and this frame does
-    not; back is the step of the next frame that has it again or re-adds it (it was preempted
-    or swapped out), or None (it finished). A pure function of the trace."""
+    """For each frame: the sequences that left the pool in it, as (seq_id, back): back is the
+    step of the next frame that has it again (preempted or swapped out), or None (finished)."""
     live = [{q.seq_id for q in s.sequences} for s in snapshots]
     added = [
         {
@@ -165,14 +163,9 @@ def departures(snapshots) -> list[tuple]:
 def render(
     snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None, legend: bool = True
 ):
-    """Draw `snapshot`; returns the figure.
-
-    Without `ax` it draws on `fig` (cleared and resized) or on a new figure sized for
-    `layout`. With `ax` it clears that axes and draws into it (the animator and the
-    stepper do this). Pass one `layout` and `colours` for every frame of a trace so
-    frames line up and each sequence keeps its colour (`style.seq_colours`). `legend=False`
-    leaves the legend band empty (a strip of frames draws one legend, not one per frame).
-    """
+    """Draw `snapshot`; returns the figure. Without `ax` it draws on `fig` (cleared and resized)
+    or a new figure; with `ax` it redraws that axes. Pass one `layout` and `colours` for every
+    frame of a trace so frames line up; `legend=False` leaves the legend band empty."""
     layout = layout or Layout.for_snapshots([snapshot])
     if layout.num_gpu_blocks != snapshot.num_gpu_blocks:
         raise ValueError(
@@ -410,8 +403,7 @@ def _used_block(ax, snap, b, xy, owners):
 
 
 def _copy_arrow(ax, layout, src, dst):
-    """A pending copy-on-write, src -> dst: an arc under the blocks, clear of the badges,
-    that dips COPY_DEPTH, with its label at its side."""
+    """A pending copy-on-write, src -> dst: an arc under the blocks, its label at its side."""
     (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
     a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
     dist = math.hypot(b[0] - a[0], b[1] - a[1])
@@ -438,8 +430,7 @@ def block_label(snap, b: int) -> str:
 
 
 def _legend(ax, layout, snap=None):
-    """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
-    entry only where the frame draws a copy, so the row fits at 18 pt)."""
+    """What the marks mean (on a slide, copy-on-write only where the frame draws a copy)."""
     lk, badge = style.look(), style.tr("ref count (badge)")
     free: dict[str, Any] = dict(facecolor=lk.free, edgecolor=lk.free_edge, ls="--")
     handles = [

@@ -117,10 +117,8 @@ def output(
     lang: str = "en",
     slides: bool = False,
 ):
-    """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
-    `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese
-    needs a CJK font: without one, a one-line note goes to stderr and the labels stay
-    English (never boxes for missing glyphs)."""
+    """Within the block, `save` writes `fmt` at `dpi` in the named look, labels in `lang`
+    (Chinese needs a CJK font: without one, a note on stderr and English labels)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if look not in LOOKS:
@@ -229,10 +227,8 @@ SLIDE_MIN_PT = 18.0  # no text smaller than this on a slide, as projected
 
 
 def fit_slide(fig) -> None:
-    """`--slides`: scale the figure until it meets the edges of a 16:9 slide, then make it
-    exactly 16:9 (960 x 540 pt) by widening the short side: axes and texts keep their
-    fractional places, so the slack is spread through the layout instead of left as bands.
-    Every text is then raised to at least 18 pt."""
+    """`--slides`: make the figure exactly one 16:9 slide (axes and texts keep their fractional
+    places), then raise every text to at least 18 pt."""
     if getattr(fig, "_pagedsim_slide", False):
         return
     fig.set_size_inches(*SLIDE_IN)
@@ -302,9 +298,8 @@ def fit_look(fig) -> None:
 
 
 def _raise_text(fig, min_pt: float) -> None:
-    """Raise every text of `fig`, tick labels included, to at least `min_pt`. Log axes label
-    10^k in mathtext, whose exponent is 70% of the label size: they get plain numbers instead
-    (10, 100, 1000), so no superscript falls under `min_pt`."""
+    """Raise every text of `fig`, tick labels included, to at least `min_pt` (log axes get plain
+    numbers, so no superscript falls under it)."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for which in ("major", "minor"):
@@ -342,8 +337,8 @@ def _recolour(fig, lk: Look) -> None:
 
 
 def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
-    """Write `fig` to `path` without timestamps or version strings; returns the path written.
-    Under `output(...)`, a ".png" path becomes the chosen format and `dpi` the chosen dpi."""
+    """Write `fig` to `path` without timestamps or version strings, as `output(...)` chose;
+    returns the path written."""
     path = Path(path)
     fmt = _out["fmt"]
     if path.suffix == ".png" and fmt != "png":
