@@ -1,32 +1,18 @@
 """The physical block pool: every block made up front, a free list, ref counts (3.4).
 
-The chapter's `KVBlock` carries `ref_count` and `next_free`. Here the counts live in a
-list indexed by block id (struct of arrays, as a GPU-side pool lays them out), and the
-free list is the free ids on two Python lists used as stacks, as vLLM v0's allocator
-keeps them:
+The chapter's `KVBlock` carries `ref_count` and `next_free`; here the counts live in a list
+indexed by block id (struct of arrays), and the free list is two Python stacks, as vLLM
+v0's allocator keeps them:
 
     _ref[b]   how many block tables hold block b; 0 means b is free
     _free     free ids, the head of the list LAST (`allocate()` pops its end)
     _back     free ids pushed at the tail (a fifo free), oldest first: after all of _free
 
-The free list, head first, is reversed(_free) + _back: a sequence's blocks go back in one
-`extend` and a run comes off the head in one slice. Ids cannot leave from the middle
-cheaply (`take` searches, O(n)); a prefix cache needs that on every hit, which is why vLLM
-v1's `FreeKVCacheBlockQueue` is a doubly linked list: `LinkedBlockPool` (linked_pool.py)
-replaces the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`, `head`,
-`free_list`, `_checked_free_list`) with O(1) removal from anywhere.
-
-`allocate()` takes the head. `free_order` says where a block whose count reaches 0 goes:
-    "lifo"     to the head (the chapter's order, vLLM v0's): `release` of a run leaves
-               its LAST block at the head, as `free` on each in turn would;
-    "prepend"  to the head, a run in the order given, its FIRST block at the head: vLLM
-               v1 0.34's `free_block_queue.prepend_n` (tests/vllm_oracle);
-    "fifo"     to the tail, as older vLLM v1 did.
-With prefix caching see policies/cache_pool.py. In a fifo pool, _back's blocks move under
-_free (reversed) in one slice when _free runs short: O(1) amortized. A pool that decides
-where a freed block goes overrides `_push` and `release` (and `allocate`/`allocate_many` if
-it picks the block handed out); other classes read only the public queries.
-
+Removal from the middle (`take`, a prefix-cache hit) is a search here; vLLM v1's
+`FreeKVCacheBlockQueue` is a doubly linked list for O(1) removal: `LinkedBlockPool`
+(linked_pool.py) replaces the free-list primitives. `free_order` says where a block whose
+count reaches 0 goes: "lifo" to the head (the chapter's order, v0's), "prepend" to the
+head as one run in the order given (v1 0.34's `prepend_n`), "fifo" to the tail (older v1).
 
 Invariants (checked by `check_invariants`):
     * the free list holds exactly `num_free_blocks` valid ids, none twice;
@@ -66,9 +52,7 @@ class BlockPool:
         self.block_size = block_size  # tokens per block
         self.free_order = free_order  # where a freed block re-enters the list
         self._ref = [0] * num_gpu_blocks  # [num_gpu_blocks] reference counts
-        # Two counters everyone may read and only the pool writes (plain attributes, as
-        # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks is, because the manager reads them
-        # on every token; check_invariants recounts both):
+        # read by everyone on every token, written only here (as v1's num_free_blocks)
         self.num_free_blocks = num_gpu_blocks  # length of the free list
         self.num_shared = 0  # blocks whose count is above 1 (callers skip copy-on-write checks)
         self._make_free_list()
@@ -183,9 +167,7 @@ class BlockPool:
         return out
 
     def take(self, block_id: int) -> int:
-        """Remove a specific free block from anywhere in the list (a prefix-cache hit).
-
-        O(1) at the head; elsewhere a search here, O(1) in a LinkedBlockPool."""
+        """Remove a specific free block from anywhere in the list (a prefix-cache hit)."""
         b = self._check_id(block_id)
         if self._ref[b]:
             raise BlockError(f"block {b} is not free (ref count {self._ref[b]}); cannot take it")
@@ -205,10 +187,7 @@ class BlockPool:
         return count
 
     def free(self, block_id: int) -> int:
-        """Drop one owner. The block rejoins the free list only when its count hits 0.
-
-        Returns the new count.
-        """
+        """Drop one owner; the new count. At 0 the block rejoins the free list."""
         b = self._check_id(block_id)
         count = self._ref[b]
         if not count:
@@ -222,14 +201,8 @@ class BlockPool:
         return count
 
     def release(self, blocks: Any) -> None:
-        """`free` for many blocks, in order; all or nothing.
-
-        The blocks whose count reaches 0 rejoin the list at once (`_push_run`): in the
-        order `free` called on each in turn would leave them, or, in a prepend pool, as one
-        run at the head in the order given (v1's free_blocks). Every id is checked as its
-        count drops; on a bad one the counts already dropped are put back before the error
-        is raised. When nothing is shared (every held block has count 1, the common case)
-        one pass checks and counts every id, and the list takes them all."""
+        """`free` for many blocks, in order; all or nothing (on a bad id the counts already
+        dropped go back first). The blocks reaching 0 rejoin the list in one `_push_run`."""
         if type(blocks) is not list:
             if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
                 raise TypeError(
@@ -263,10 +236,8 @@ class BlockPool:
             self._push_run(gone)
 
     def _drop_unshared(self, blocks: list[int]) -> bool:
-        """`release`'s counts when no block is shared: every listed block must be a held int
-        id (count 1), listed once. One pass checks each and drops its count to 0 (so one
-        listed twice is found at 0 the second time); if any is not, the counts it dropped go
-        back and it returns False, with nothing changed (the caller then finds the error)."""
+        """`release`'s one pass when nothing is shared: drop every count from 1 to 0; False,
+        with nothing changed, at an id that is not held once (the caller finds the error)."""
         ref = self._ref
         done = 0  # blocks checked and dropped to 0
         try:

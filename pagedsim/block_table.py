@@ -1,14 +1,12 @@
 """One sequence's block table: logical block i -> physical block id (3.3).
 
-Token p lives in logical block p // block_size at offset p % block_size; the table maps
-each logical block to whichever physical block the pool handed out. A token's *slot*,
+Token p lives in logical block p // block_size at offset p % block_size. A token's *slot*,
 what vLLM's `slot_mapping` holds and `write_kv` consumes, is
 
     slot = physical_block * block_size + offset
 
 A table always has ceil(num_tokens / block_size) entries. NULL_BLOCK (-1) marks a logical
-block a sliding window dropped (translating a token in it raises): vLLM v1's null block
-(`BlockPool.null_block`), though ours is not a pool block.
+block a sliding window dropped: vLLM v1's null block, though ours is not a pool block.
 """
 
 from __future__ import annotations

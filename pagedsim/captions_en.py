@@ -1,9 +1,8 @@
 """The English caption table: every template a step story (`story.py`) is told with.
 
-Keys are the stories' own (`arrival`, `fork.count`, ...): `key.one` is the singular for a
-count of 1, `key.alone` a fragment with nothing before it, `key.sep` joins a list (default
-`sep`). The Chinese table (`pagedsim/text/captions.py`) has the same keys. The figures,
-the tour and the course print these: change the wording on purpose only.
+Keys are the stories' own: `key.one` is the singular for a count of 1, `key.alone` a
+fragment with nothing before it, `key.sep` joins a list (default `sep`). The Chinese table
+(`pagedsim/text/captions.py`) has the same keys. Change the wording on purpose only.
 """
 
 EN = {

@@ -1,11 +1,9 @@
 """The ways a caller can misuse the simulator, and the one integer-argument validator.
 
-`OutOfBlocks` is not a bug: the pool is full, and a scheduler catches it (preempt, swap or
-wait). `BlockError` and `SequenceError` are the caller's bugs (a double free, an unknown
-block or sequence). A wrong *type* is a `TypeError`, a value out of range a `ValueError`.
-Each is raised *before* any state changes. Size limits, so that a typo cannot exhaust
-memory or overflow int64: MAX_NUM_GPU_BLOCKS 2**22 blocks, MAX_BLOCK_SIZE 2**16 tokens,
-MAX_TOKEN_ID 2**63 - 1 (token ids are int64).
+`OutOfBlocks` is not a bug: the pool is full, and a scheduler catches it. `BlockError` and
+`SequenceError` are the caller's bugs (a double free, an unknown block or sequence). A
+wrong *type* is a `TypeError`, a value out of range a `ValueError`, each raised *before*
+any state changes. The MAX_* limits keep a typo from exhausting memory or overflowing int64.
 """
 
 import operator
@@ -36,11 +34,8 @@ class SequenceError(ValueError):
 
 
 def count_arg(name: str, value: object, low: int | None = 0, high: int | None = None) -> int:
-    """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded).
-
-    TypeError for anything that is not an integer (a bool, a float, a string, None);
-    ValueError, naming `name`, for an integer out of range.
-    """
+    """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded);
+    TypeError for a non-integer (a bool too), ValueError naming `name` out of range."""
     if type(value) is int:
         n = value
     else:
@@ -64,9 +59,7 @@ def bool_arg(name: str, value: object) -> bool:
 
 
 def token_ids_arg(name: str, value: Any, n: int | None = None) -> tuple[int, ...]:
-    """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
-
-    A string, a set, a generator or a bare int is a TypeError (a sequence is required)."""
+    """`value` as a tuple of ints in [0, MAX_TOKEN_ID] (exactly `n` if given); a sequence."""
     if (
         isinstance(value, (str, bytes, set, frozenset, dict))
         or not hasattr(value, "__len__")

@@ -1,30 +1,19 @@
 """KV cache events: what the prefix cache publishes, with vLLM v1's names and JSON shape.
 
 vLLM v1's block pool queues an event whenever the set of cached blocks changes
-(`vllm/distributed/kv_events.py`, read at commit 0181ea3; the engine publishes them over
-ZMQ in `KVEventBatch`es):
-
-    BlockStored       full blocks became findable: block_hashes, parent_block_hash (None
-                      at a prompt's start), token_ids, block_size, lora_id, medium,
-                      lora_name, then the optional extra_keys, group_idx,
-                      kv_cache_spec_kind and kv_cache_spec_sliding_window
-    BlockRemoved      cached blocks were evicted: block_hashes, medium, group_idx
-    AllBlocksCleared  reset_prefix_cache() forgot every cached block
-
-group_idx is the KV cache group (0, or 0/1 under the hybrid allocator). extra_keys stays
-None: pagedsim chains a prompt's extra keys from its root (policies/prefix_cache.py), so
-it has no per-block list. Our hashes are Python's, not sha256; the stream reads the same.
+(`vllm/distributed/kv_events.py`, read at commit 0181ea3): `BlockStored` (full blocks
+became findable), `BlockRemoved` (cached blocks were evicted), `AllBlocksCleared`
+(reset_prefix_cache()). group_idx is the KV cache group; extra_keys stays None (pagedsim
+chains a prompt's extra keys from its root). Our hashes are Python's, not sha256.
 
 The JSON shape is msgspec's for a published batch: {"ts", "events", "data_parallel_rank"},
 events tagged by "type"; older releases encoded each struct as an array, tag first, and
-`event_from_json` reads both. `read_stream` / `read_batches` take JSON lines (kv_stream.py
-reads msgpack). `timeline` replays a stream in one pass: each stored block gets a slot (a
-tile; a stream carries no block ids, counts or free order, so the replay invents none).
+`event_from_json` reads both. `timeline` replays a stream in one pass: each stored block
+gets a slot (a tile; a stream carries no block ids, so the replay invents none).
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`), a
 `block_size` that changes mid-stream is refused, and a line nested deeper than MAX_DEPTH
 is refused before json's recursive parser sees it; each is a ValueError naming the line.
-`replay(events, frames)` and `summarised` keep a 50,000-block stream drawable.
 """
 
 from __future__ import annotations
@@ -90,8 +79,7 @@ REQUIRED = {  # the fields without a default
 
 
 def event_to_json(event: KVEvent) -> dict[str, object]:
-    """One event as vLLM's tagged JSON object (None optional fields left out, as
-    msgspec's omit_defaults does)."""
+    """One event as vLLM's tagged JSON object (None optional fields left out, as msgspec)."""
     out: dict[str, object] = {"type": type(event).__name__}
     out.update({k: v for k, v in asdict(event).items() if k not in OPTIONAL or v is not None})
     return out
@@ -470,9 +458,8 @@ def _drop(t: Timeline, record: int, k: int) -> None:
 
 
 def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> list[tr.Snapshot]:
-    """Snapshots after each event (0 = the empty start), or only `frames`: cached blocks
-    on their slots. With no counts in a stream every slot is count 0 and listed free in
-    slot order (not vLLM's free queue)."""
+    """Snapshots after each event (0 = the empty start), or only `frames`: cached blocks on
+    their slots, every slot count 0 and free in slot order (a stream has no counts)."""
     t = timeline(events)
     wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
     num_gpu_blocks, block_size = max(t.num_slots, 1), t.block_size or 1  # the snapshot's pool
@@ -491,8 +478,7 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
 
 
 def shown_frames(num_events: int, limit: int) -> list[int]:
-    """Event numbers to draw (0 = the start): all up to `limit`, else the first and last
-    limit // 2."""
+    """Event numbers to draw (0 = the start): all up to `limit`, else the first and last half."""
     if num_events + 1 <= limit:
         return list(range(num_events + 1))
     half = max(limit // 2, 1)

@@ -8,11 +8,8 @@ answers with the batches from some seq on, then an end marker: seq -1, empty pay
 A capture (`.kvcap`) keeps the messages byte for byte: the header
 b"pagedsim-kv-capture/1\\n", then per message a u32 frame count and per frame a u32
 length and the bytes (big-endian; a fourth frame b"replay" marks a replayed message).
-
-`read_any(path)` reads a capture or JSON lines, or says the file is a JSON trace. msgpack
-is decoded by msgspec into plain data and checked like JSON; nothing is unpickled or
-evaluated; hashes sent as bytes become hex text. `sequence_notes(batches)` finds gaps,
-repeats and replay ends in the sequence numbers.
+msgpack is decoded by msgspec into plain data and checked like JSON; nothing is unpickled
+or evaluated; hashes sent as bytes become hex text.
 """
 
 from __future__ import annotations

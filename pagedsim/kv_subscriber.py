@@ -2,13 +2,9 @@
 
 vLLM v1's `ZmqEventPublisher` binds a wildcard endpoint ("tcp://*:5557") and connects to
 any other, so the subscriber connects in the first case and binds (`bind=True`) in the
-second. With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back
-(the first missing seq, 8 big-endian bytes; see `kv_stream`).
-
-`Subscriber.poll(ms)` takes what arrived; `entries` are in publisher order (a replayed
-batch goes where its seq belongs, one already held is dropped). A message that is not
-vLLM's shape is refused with one line on stderr and counted in `refused`. Needs pyzmq and
-msgspec (the `events` extra).
+second. With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back.
+`Subscriber.poll(ms)` takes what arrived; `entries` are in publisher order. A message that
+is not vLLM's shape is refused with one line on stderr and counted in `refused`.
 """
 
 from __future__ import annotations
@@ -63,8 +59,7 @@ class Subscriber:
             self._poller.register(self._replay, zmq.POLLIN)
 
     def poll(self, timeout_ms: int) -> int:
-        """Take every message waiting (waiting up to timeout_ms for the first); returns how
-        many batches were added."""
+        """Take every message waiting (up to timeout_ms for the first); the batches added."""
         added = 0
         ready = dict(self._poller.poll(timeout_ms))
         while ready:

@@ -1,15 +1,12 @@
 """The block pool with vLLM v1's free queue: an intrusive doubly linked list (3.4).
 
-A prefix cache must take a freed-but-cached block back from the middle of the free list,
-which `BlockPool`'s stacks cannot do in O(1); vLLM v1's `FreeKVCacheBlockQueue` is a
-doubly linked list for that reason, and so is this one (the chapter's `next_free`, plus a
-`prev`). Counts, checks and order are `BlockPool`'s; only the free-list primitives differ:
+A prefix cache takes a freed-but-cached block back from the middle of the free list, which
+`BlockPool`'s stacks cannot do in O(1); vLLM v1's `FreeKVCacheBlockQueue` is a doubly linked
+list for that reason, and so is this one (the chapter's `next_free`, plus a `prev`). Only
+the free-list primitives differ from `BlockPool`'s:
 
-    _prev[b]  the previous block on the free list (or the head sentinel)
-    _next[b]  the next block on the free list (or the tail sentinel)
-
-The sentinels are ids `num_gpu_blocks` (head) and `num_gpu_blocks + 1` (tail). The prefix cache's
-pool (policies/cache_pool.py) is built on this one.
+    _prev[b], _next[b]  neighbours on the free list; the sentinels are ids num_gpu_blocks
+                        (head) and num_gpu_blocks + 1 (tail)
 
 Invariants (checked by `check_invariants`, on top of the pool's own):
     * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;
@@ -32,7 +29,7 @@ class LinkedBlockPool(BlockPool):
         num_gpu_blocks = self.num_gpu_blocks
         head, tail = num_gpu_blocks, num_gpu_blocks + 1
         self._head, self._tail = head, tail  # sentinel node ids
-        # Initial list: head -> 0 -> 1 -> ... -> n-1 -> tail.
+        # head -> 0 -> 1 -> ... -> n-1 -> tail
         self._next = list(range(1, num_gpu_blocks + 1)) + [0, tail]  # [num_gpu_blocks + 2]
         self._next[num_gpu_blocks - 1] = tail
         self._prev = [head] + list(range(num_gpu_blocks - 1)) + [head, num_gpu_blocks - 1]

@@ -1,35 +1,23 @@
 """The KV-cache manager: sequences, block tables, sharing and copy-on-write (3.3, 3.4).
 
-It owns one `BlockPool` and one `BlockTable` per live sequence, and only it changes
-them. Its outputs are what the kernels consume:
-
-    block_table(seq)  logical -> physical ids        (paged_attention's block_tables row)
-    slot_mapping(seq) flat slot of every token        (write_kv's slot_mapping)
-    drain_copies()    (src, dst) pairs to copy         (copy_blocks, for copy-on-write)
+It owns one `BlockPool` and one `BlockTable` per live sequence, and only it changes them.
+Its outputs are what the kernels consume: `block_table(seq)` (paged_attention's
+block_tables row), `slot_mapping(seq)` (write_kv's) and `drain_copies()` (copy_blocks).
 
 Sharing, fork and copy-on-write follow vLLM v0's block manager (v1 shares only full
-blocks, through the prefix cache, policies/prefix_cache.py). `fork` gives the child the
-parent's table and adds one to every block's count; a block is freed when its last owner
-frees it. An owner appending into a partly filled, shared last block first gets a private
-copy (a new block and a (src, dst) pair); full shared blocks are never written again.
+blocks, through the prefix cache). An owner appending into a partly filled, shared last
+block first gets a private copy (a new block and a (src, dst) pair).
 
-Every operation is all-or-nothing: it validates its arguments and counts the blocks it
-needs before touching anything; `OutOfBlocks` means the pool is really too small. A
-`reclaimer` (the scheduler's preemption) is asked to free other sequences' blocks first;
-a request larger than the whole pool is refused without asking (as v1 refuses it at
-admission). Each public call is one trace step (`trace.py`).
+Every operation is all-or-nothing: it validates and counts the blocks it needs before
+touching anything. A `reclaimer` (the scheduler's preemption) is asked to free other
+sequences' blocks first; a request larger than the whole pool is refused without asking
+(as v1). Each public call is one trace step (`trace.py`).
 
 Invariants (`check_invariants`), on top of the pool's own:
     * every table has ceil(num_tokens / block_size) entries;
     * the sum of all ref counts equals the number of table entries that name a block;
     * no table names a free block, and no table names the same block twice;
     * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
-
-The common decode step (no tracing, slots, token ids or sharing, and a free block per
-entry) plans nothing: its one pass takes back the tokens it gave if it meets an unknown
-id. Any other decode step is planned first, from the tables and counts alone
-(`start_positions`, `plan_copies`: the copies an entry into a shared partly filled block
-must make, counting earlier writers that copied away; `decode_need`).
 """
 
 from __future__ import annotations
@@ -89,8 +77,7 @@ class KVCacheManager:
         # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
         self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
         self.step = 0  # number of completed public steps
-        # reclaimer(manager, blocks_short, protect) may free blocks of sequences outside
-        # `protect` (preempt, swap out) when an allocation is short; it is then planned again
+        # may free blocks of sequences outside `protect` when an allocation is short
         self.reclaimer: Reclaimer | None = None
         if trace and snapshots:
             self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
@@ -126,7 +113,6 @@ class KVCacheManager:
         return self._table(seq_id).num_tokens
 
     def num_computed_tokens(self, seq_id: SeqId) -> int:
-        """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
         return self._table(seq_id).num_tokens
 
     def slot_mapping(self, seq_id: SeqId) -> np.ndarray:
@@ -155,8 +141,7 @@ class KVCacheManager:
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
         """Most blocks one sequence holds growing from prompt_len to total_len slots,
-        `max_chunk` a step (v1's chunked prefill; None: v0's whole prompt). Full attention
-        holds every block, whatever the chunk."""
+        `max_chunk` a step (None: v0's whole prompt); full attention holds them all."""
         if max_chunk is not None:
             _count("max_chunk", max_chunk)
         return blocks_needed(
@@ -175,8 +160,7 @@ class KVCacheManager:
     def add_sequence(
         self, seq_id: SeqId, num_tokens: int, *, with_slots: bool = True
     ) -> np.ndarray | None:
-        """Admit a sequence with a `num_tokens`-token prompt; its slot mapping (None
-        without `with_slots`)."""
+        """Admit a `num_tokens`-token prompt; its slot mapping (None without `with_slots`)."""
         self._check_new(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = _count("num_tokens", num_tokens)
@@ -237,10 +221,8 @@ class KVCacheManager:
     def decode_step(
         self, seq_ids: Iterable[SeqId], with_slots: bool = True, token_ids: Any = None
     ) -> list[int] | None:
-        """Append one token to each listed sequence (k times if listed k times), as one step.
-
-        Same blocks and copies as `append_tokens(s, 1)` per entry; all or nothing. Returns
-        the slots (None without `with_slots`)."""
+        """Append one token to each listed sequence (k times if listed k times), as one
+        all-or-nothing step; the slots (None without `with_slots`)."""
         seq_ids = self._id_list(seq_ids)
         pool, bs = self.pool, self.block_size
         plan = None  # the common step plans nothing: no slots, no trace, no copies, room
@@ -287,10 +269,8 @@ class KVCacheManager:
         self, tables: dict[SeqId, Any], prefix_state: Any = None
     ) -> dict[int, int]:
         """Re-admit swapped-in sequences, as one step; {label: new physical block}.
-
-        `tables`: seq_id -> (labels, num_tokens), a label per logical block (NULL_BLOCK:
-        dropped by a window); equal labels share one new block. `prefix_state`: seq_id ->
-        what `prefix_state(seq_id)` gave before the free (v0 re-hashes swapped-in blocks)."""
+        `tables`: seq_id -> (labels, num_tokens); equal labels share one new block.
+        `prefix_state`: seq_id -> `prefix_state(seq_id)` from before the free (v0)."""
         plan = restore_plan(tables, self.block_size, self.drops_blocks)
         for seq_id in plan:
             self._check_new(seq_id)
@@ -354,13 +334,12 @@ class KVCacheManager:
 
     # ---- hooks for subclasses ------------------------------------------------------
     def _before_tokens_appended(self, appends: list[tuple[SeqId, tuple[int, ...]]]) -> None:
-        """Before a call given token ids changes anything; may refuse by raising."""
+        """Before a call given token ids changes anything; may raise."""
 
     def _on_tokens_appended(
         self, seq_id: SeqId, first_position: int, token_ids: tuple[int, ...]
     ) -> None:
-        """Ids of tokens just placed at first_position.., in the same step (a prefix cache
-        hashes full blocks here)."""
+        """Ids of tokens just placed at first_position.. (a prefix cache hashes blocks here)."""
 
     def _restore_states(
         self, plan: dict[SeqId, tuple[tuple[int, ...], int]], prefix_state: Any

@@ -1,11 +1,9 @@
 """The one palette of every picture: the figures, the slides and the browser page.
 
 Sequence colours are Paul Tol's "muted" qualitative scheme (https://personal.sron.nl/~pault/),
-which stays distinguishable under the common colour-vision deficiencies, ordered so that
-neighbours in admission order contrast. A free block is Tol's pale grey ("no data"); what
-changed is Tol's vibrant orange. `draw/style.py` draws with these, `--slides` included, and
-the page's CSS colours are written from them (`view.page_html`), so the two cannot differ.
-No matplotlib here: the page is built without it.
+distinguishable under the common colour-vision deficiencies, ordered so that neighbours in
+admission order contrast. The page's CSS colours are written from these (`css_root`), so
+the two cannot differ. No matplotlib here: the page is built without it.
 """
 
 SEQ_COLOURS = (

@@ -6,8 +6,7 @@
               in arrival order; a preempted request rejoins the heap (v1's
               PriorityRequestQueue, ordered by `Request.__lt__` on the same keys)
 
-Both answer `add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`,
-`bool()`, iteration and indexing (`waiting[0]` is next), in admission order.
+Both iterate and index (`waiting[0]` is next) in admission order.
 """
 
 from __future__ import annotations

@@ -26,11 +26,8 @@ SCHEDULERS = {"v0": SchedulerV0, "v1": SchedulerV1}  # mode -> class
 def make_scheduler(
     requests: Any, manager: Any, *args: Any, mode: str = "v0", **kwargs: Any
 ) -> SchedulerV0 | SchedulerV1:
-    """The scheduler of a vLLM version over `manager`; the other arguments are its own
-    (SchedulerV0: policy, max_num_seqs, num_cpu_blocks, the fields of V0Settings -- victim,
-    watermark ... -- tokens, record; SchedulerV1: the fields of SchedulerConfig
-    and CacheConfig -- max_num_batched_tokens, max_num_seqs, policy, enable_prefix_caching
-    ... -- tokens, output_tokens, priorities, arrival_times, record ...)."""
+    """The scheduler of a vLLM version over `manager`; the other arguments are its own, or,
+    as keywords, the fields of its configs (and V0Settings or RequestColumns)."""
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a str, got {type(mode).__name__}")
     if mode not in SCHEDULERS:
@@ -54,9 +51,7 @@ def _v0(
     max_num_seqs: int = V0_SCHEDULER_CONFIG.max_num_seqs,
     **kwargs: Any,
 ) -> SchedulerV0:
-    """SchedulerV0 from keywords: `policy` (a name: preemption_mode, or a policy object),
-    max_num_seqs and num_cpu_blocks become the configs, V0Settings' fields
-    the settings."""
+    """SchedulerV0 from keywords: `policy` (a preemption_mode or a policy object)."""
     unknown = sorted(set(kwargs) - set(V0Settings._fields))
     if unknown:
         raise TypeError(f"mode='v0' takes no {', '.join(unknown)} (a v1 setting?)")
@@ -79,8 +74,7 @@ def _v0(
 
 
 def _v1(requests: Any, manager: Any, kwargs: dict[str, Any]) -> SchedulerV1:
-    """SchedulerV1 from keywords: vLLM's SchedulerConfig and CacheConfig fields become the
-    configs, the workload's columns a RequestColumns, the rest stay keywords."""
+    """SchedulerV1 from keywords: config fields, RequestColumns fields, the rest."""
 
     def take(names: Any) -> dict[str, Any]:
         return {name: kwargs.pop(name) for name in names if name in kwargs}

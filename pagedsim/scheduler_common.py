@@ -32,9 +32,8 @@ def synthetic_token(*key: object) -> int:
 
 
 class WorkloadScheduler(ABC):
-    """A scheduler split as vLLM v1 and nano-vllm split it: `schedule()` says what runs,
-    `update_from_output(scheduler_output, sampled)` takes the tokens the model sampled.
-    Without a model, `step()` joins the two with the tokens the workload names."""
+    """`schedule()` says what runs, `update_from_output` takes what the model sampled (as
+    vLLM v1 and nano-vllm split it); `step()` joins them with the workload's tokens."""
 
     manager: KVCacheManager | HybridManager
     now: int  # steps taken
@@ -72,9 +71,8 @@ class WorkloadScheduler(ABC):
         return scheduler_output.total_num_scheduled_tokens
 
     def run(self: W, max_steps: int = 10**7, check: bool = False) -> W:
-        """Step until done; `check` runs check_invariants after each step. Raises
-        RuntimeError after `max_steps` steps, or after `max_stalled_steps` steps that
-        computed nothing while nothing was left to arrive (what waits can never fit)."""
+        """Step until done (`check`: check_invariants after each step). RuntimeError after
+        `max_steps`, or `max_stalled_steps` steps computing nothing with nothing to arrive."""
         stalled = 0
         while not self.done:
             if self.now >= max_steps:
@@ -134,8 +132,7 @@ def check_scheduler_args(
     record: object,
     kinds: tuple[type, ...] = (KVCacheManager,),
 ) -> list[Request]:
-    """The arguments both schedulers share: Requests (returned as a list), a manager (one of
-    `kinds`) and a bool; TypeError if not."""
+    """Requests (as a list), a manager (one of `kinds`) and a bool, checked (TypeError)."""
     if not isinstance(manager, kinds):
         names = " or ".join(k.__name__ for k in kinds)
         raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")

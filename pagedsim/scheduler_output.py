@@ -1,15 +1,11 @@
 """What one `schedule()` says runs this step, in vLLM v1's names (vllm/v1/core/sched/output.py).
 
-Both schedulers split a step as vLLM v1 (and nano-vllm) do:
-
     out = scheduler.schedule()               which requests compute how many tokens
     sampled = <run the model on out>         one token per request that caught up
     finished = scheduler.update_from_output(out, sampled)
 
-A request id is (request index, sample index): a v1 parallel sample, or a v0 sequence of a
-group (a beam, a sample). `num_computed_tokens` is the count *before* this step's tokens,
-as in v1: the runner computes [num_computed_tokens, + num_scheduled_tokens). A request
-resumed after a preemption is sent in full, like a new one (v1).
+A request id is (request index, sample index). `num_computed_tokens` is the count *before*
+this step's tokens, as in v1; a request resumed after a preemption is sent in full (v1).
 """
 
 from __future__ import annotations

@@ -1,30 +1,23 @@
 """vLLM v0's continuous-batching driver over one KV-cache manager (v0; Orca, vLLM Sec. 4.5).
 
 Whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write, as
-vLLM v0's scheduler and block manager (v1's token-budget scheduler: scheduler_v1.py).
-Each request is a *group* of sequences sharing its prompt (`n` samples or `beam_width`
-beams, forked with copy-on-write). A step is `schedule()`, the model, then
-`update_from_output()` (`step()` fakes the model with the workload's tokens):
+vLLM v0's scheduler and block manager. Each request is a *group* of sequences sharing its
+prompt (`n` samples or `beam_width` beams, forked with copy-on-write). A step:
 
     schedule()
     1. decode: every running sequence gets one token; while the free blocks cannot cover
-       that (copy-on-write included), victim groups (default: the newest) are preempted
-       by the policy (`recompute` or `swap`, policies/).
+       that, victim groups (default: the newest) are preempted by the policy.
     2. if nothing was preempted: swapped groups come back (FCFS), then waiting groups are
        admitted in arrival order while their prompt blocks, one block of decode headroom
        per sequence and the watermark (1% of the pool, v0's default) fit.
     update_from_output(scheduler_output, sampled)
-    3. each decoded group is one token longer; one with `output_len` tokens is freed (so
-       the next schedule() admits into its blocks). Beams are re-ranked synthetically:
-       with probability `beam_reshuffle` a beam is replaced by a fork of another.
-    4. a `StepRecord` is appended to `records`.
+    3. each decoded group is one token longer; one with `output_len` tokens is freed.
+       Beams are re-ranked synthetically: with probability `beam_reshuffle` a beam is
+       replaced by a fork of another. A `StepRecord` is appended to `records`.
 
-An engine that runs a model uses `add_request` (v0's order: the prefill samples the first
-token; a recompute prefills the prompt and every sampled token) and mirrors its output
-processor with `fork_seq` / `free_seq` between schedule() and update_from_output(). A
-forked group is only swapped, never recomputed (`SeqGroupPolicy`). The manager's
-`reclaimer` preempts by the same victim choice; with prefix caching `recomputed_tokens`
-counts only tokens prefilled again after cache hits (`discarded_tokens`: what was freed).
+An engine that runs a model uses `add_request` and mirrors its output processor with
+`fork_seq` / `free_seq` between schedule() and update_from_output(). A forked group is
+only swapped, never recomputed (`SeqGroupPolicy`).
 """
 
 from __future__ import annotations
@@ -91,10 +84,9 @@ DEFAULT_SETTINGS = V0Settings()
 
 
 class SeqGroupPolicy(SwapPolicy):
-    """vLLM v0's preemption of a sequence group (`Scheduler._preempt`): a lone sequence
-    is recomputed (swapped too with `swap_single`, v0's preemption_mode="swap", unless the
-    host is full), a group of several is swapped, and raises when the host pool is full
-    (v0: "Aborted due to the lack of CPU swap space")."""
+    """vLLM v0's preemption of a sequence group (`Scheduler._preempt`): a lone sequence is
+    recomputed (swapped with `swap_single`), a group of several swapped; a full host pool
+    raises (v0: "Aborted due to the lack of CPU swap space")."""
 
     name = "recompute"  # the policy pagedsim's --preemption-mode "recompute" means in v0
 
@@ -149,9 +141,7 @@ class SchedulerV0(WorkloadScheduler):
         tokens: Sequence[TokenIds] | None = None,
         record: bool = True,
     ) -> None:
-        """As vLLM v0's Scheduler: preemption_mode and max_num_seqs from `scheduler_config`,
-        the host pool (num_cpu_blocks) from `cache_config`. `policy` replaces the one
-        preemption_mode names; `tokens`: each request's prompt ids (prefix caching)."""
+        """As vLLM v0's Scheduler; `policy` replaces preemption_mode's; `tokens`: prompt ids."""
         requests = check_scheduler_args(requests, manager, record)
         check_configs(scheduler_config, cache_config)
         if policy is not None and not isinstance(policy, RecomputePolicy):
@@ -216,9 +206,8 @@ class SchedulerV0(WorkloadScheduler):
         self._refuse(f"request {i}", r, r.num_seqs * per_seq + r.num_seqs)
 
     def check_request(self, prompt_len: int, max_tokens: int, best_of: int = 1) -> None:
-        """Raise (nothing changed) if an `add_request` could never be admitted. v0's
-        can_allocate counts the prompt and the watermark; here the group's peak counts
-        (`best_of` sequences of prompt_len + max_tokens), as a forked group swaps whole."""
+        """Raise (nothing changed) if an `add_request` could never be admitted: the peak of
+        `best_of` sequences of prompt_len + max_tokens (a forked group swaps whole)."""
         r = Request(prompt_len, max_tokens, n=best_of)
         peak = r.num_seqs * self.manager.peak_blocks(r.prompt_len, r.total_len)
         self._refuse("the request", r, peak)
@@ -240,10 +229,8 @@ class SchedulerV0(WorkloadScheduler):
     def add_request(
         self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = (), best_of: int = 1
     ) -> ReqId:
-        """A request from an engine that runs a model: a group of one sequence, waiting
-        from the next schedule(); it finishes after `max_tokens` tokens or on a stop token
-        (kept). Refused (nothing changed) if `best_of` sequences (what fork_seq may make of
-        it) could never fit. Returns its sequence id, (index, 0)."""
+        """A request from an engine that runs a model: a group of one sequence that finishes
+        after `max_tokens` tokens or on a stop token (kept); its sequence id, (index, 0)."""
         ids = prompt_ids(prompt, None, "prompt")
         if not ids:
             raise ValueError("prompt must hold at least one token id")
@@ -268,8 +255,7 @@ class SchedulerV0(WorkloadScheduler):
         return (i, 0)
 
     def fork_seq(self, parent: ReqId, child: ReqId) -> None:
-        """v0's fork_seq, between schedule() and update_from_output(): `child` shares
-        `parent`'s blocks and tokens, and samples this step too."""
+        """v0's fork_seq, between schedule() and update_from_output(): `child` shares `parent`."""
         g = self._sampling_group(parent, "parent")
         if not (isinstance(child, tuple) and len(child) == 2 and child[0] == g.key):
             raise ValueError(f"child must be a sequence id ({g.key}, k), got {child!r}")
@@ -543,8 +529,8 @@ class SchedulerV0(WorkloadScheduler):
 
     def _blocks_to_admit(self, g: Group) -> int:
         """Free blocks `_admit` asks for before cache hits: the tokens, a block of decode
-        headroom per sequence, the watermark. An added request's prefill samples, so it
-        needs headroom only if its next decode starts a block (v0's can_allocate)."""
+        headroom per sequence (an added request's: only if its next decode starts a block),
+        the watermark."""
         bs, k, p = self.manager.block_size, len(g.seq_ids), g.prompt_len
         if g.key in self._groups:
             assert k == 1, "a forked added request is only ever swapped"
@@ -591,7 +577,6 @@ class SchedulerV0(WorkloadScheduler):
             blocks_short -= manager.num_free_blocks - free_before
 
     def _request(self, g: Group) -> Request:
-
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         return self.requests[g.key]
 

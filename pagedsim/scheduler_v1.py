@@ -6,25 +6,20 @@ each step gives tokens until `max_num_batched_tokens` is spent:
 
     1. running requests first: each gets min(tokens left, budget,
        long_prefill_token_threshold if set). When `allocate_slots` returns None the
-       *last* running request is preempted (with `policy="priority"`, the largest
-       (priority, arrival_time)): freed (full blocks stay cached) and back to waiting
-       with num_computed_tokens = 0. If the victim is the request itself the step stops
-       scheduling running requests; under "priority" the next ones, which rank higher,
-       go on (v1 0.34; tests/vllm_oracle).
+       *last* running request is preempted (under "priority", the largest (priority,
+       arrival_time)): freed (full blocks stay cached) and back to waiting with
+       num_computed_tokens = 0. If the victim is the request itself the step stops
+       scheduling running ones; under "priority" the next ones go on (v1 0.34).
     2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
-       while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`,
-       capped at num_tokens - 1) and allocated for what the budget allows.
-    3. `schedule()` returns a SchedulerOutput and moves num_computed_tokens past the
-       scheduled tokens; `update_from_output(scheduler_output, sampled)` takes a token
-       for every request that caught up and frees one with `output_len` tokens sampled.
-       The last sampled token never gets KV. `step()` fakes the model with the workload.
+       while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`) and
+       allocated for what the budget allows.
+    3. `schedule()` returns a SchedulerOutput; `update_from_output(scheduler_output,
+       sampled)` takes a token for every request that caught up and frees one with
+       `output_len` tokens sampled. `step()` fakes the model with the workload.
 
-
-A request longer than `max_model_len`, or whose blocks could never fit in the pool, is
-refused when the scheduler is built (ValueError), as v1 rejects it at admission. No
-watermark, swap or beam search; parallel samples (n > 1) are independent requests that
-share the prompt's full blocks through the prefix cache only. `recomputed_tokens` counts
-tokens computed again net of cache hits; `discarded_tokens` what preemption freed.
+A request longer than `max_model_len`, or whose blocks could never fit, is refused when
+the scheduler is built (ValueError). No watermark, swap or beam search; parallel samples
+are independent requests that share the prompt's full blocks through the prefix cache.
 """
 
 from __future__ import annotations
@@ -122,8 +117,7 @@ class SchedulerV1(WorkloadScheduler):
         num_lookahead_tokens: int = 0,
         slide_after_update: bool = False,
     ) -> None:
-        """As vLLM v1's Scheduler: the budget, limits and policy from `scheduler_config`,
-        enable_prefix_caching from `cache_config`."""
+        """As vLLM v1's Scheduler, configured by `scheduler_config` and `cache_config`."""
         requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
         check_configs(scheduler_config, cache_config)
         if not isinstance(columns, RequestColumns):
@@ -232,8 +226,7 @@ class SchedulerV1(WorkloadScheduler):
 
     def _check_fits(self, i: int, r: Request, too_long: str) -> None:
         """Refuse request i if longer than max_model_len, or if one sample's peak blocks
-        (all its KV, or a window plus a budget-sized chunk: v1's
-        SlidingWindowSpec.max_memory_usage_bytes, lookahead included) exceed the pool."""
+        (lookahead included) exceed the pool."""
         if r.total_len > self.max_model_len:
             raise ValueError(f"{too_long} {self.max_model_len}")
         ahead, nb = self.num_lookahead_tokens, self.manager.num_gpu_blocks
@@ -255,9 +248,7 @@ class SchedulerV1(WorkloadScheduler):
 
     # ---- one step: schedule(), the model, update_from_output() -----------------------
     def schedule(self) -> SchedulerOutput:
-        """What runs this step (v1's Scheduler.schedule): running requests first, then,
-        if nothing was preempted, waiting ones, within the token budget. Each scheduled
-        request's num_computed_tokens moves past its tokens (v1's _update_after_schedule)."""
+        """What runs this step (v1's Scheduler.schedule; see the module doc)."""
         self._start_step()
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
@@ -340,10 +331,8 @@ class SchedulerV1(WorkloadScheduler):
     def add_request(
         self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = ()
     ) -> ReqId:
-        """A request from an engine that runs a model (v1's add_request), waiting from the
-        next schedule(); it finishes after `max_tokens` tokens or on a `stop_token_ids`
-        token (kept, as v1 keeps it). Refused (nothing changed) when it could never fit.
-        Returns its request id, (index, 0)."""
+        """A request from an engine that runs a model (v1's add_request): it finishes after
+        `max_tokens` tokens or on a stop token (kept); its request id, (index, 0)."""
         ids = prompt_ids(prompt, None, "prompt")
         stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
         r = Request(len(ids), count_arg("max_tokens", max_tokens, 1))
@@ -375,8 +364,7 @@ class SchedulerV1(WorkloadScheduler):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
     ) -> list[ReqId]:
-        """Take what the model sampled (v1's update_from_output): a token for each of
-        `sampling_req_ids`; finished requests are freed. Returns the finished ids."""
+        """Take what the model sampled (v1's update_from_output); the finished request ids."""
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         prefill = decode = 0
@@ -416,9 +404,8 @@ class SchedulerV1(WorkloadScheduler):
         return finished
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
-        """v1's reset_prefix_cache, between steps: forget every cached block; whether it
-        did. With reset_running_requests every running request is preempted first (last
-        first, so they keep their order); else blocks in use make it fail, as in v1."""
+        """v1's reset_prefix_cache, between steps; whether it did. With
+        reset_running_requests every running request is preempted first (last first)."""
         bool_arg("reset_running_requests", reset_running_requests)
         if self._pending_output is not None:
             raise RuntimeError("reset_prefix_cache() between schedule() and update_from_output()")
@@ -503,7 +490,6 @@ class SchedulerV1(WorkloadScheduler):
 
     def _finish(self, req: V1Request) -> None:
         """Free a finished request's blocks and forget it (v1's _free_request)."""
-
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
         del self._by_id[req.request_id]

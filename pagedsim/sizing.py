@@ -2,23 +2,17 @@
 
     bytes_per_block = block_size * num_layers * 2 (K and V) * num_kv_heads * head_dim * dtype_bytes
 
-The chapter's example (32 layers, 32 heads, head_dim 128, FP16, block_size 16) is 8 MiB;
-with grouped-query attention only the KV heads count (Llama-3-8B's blocks are 4x smaller).
-`fit_blocks` carves blocks out of a budget with each start aligned (3.7).
-
-`kv_capacity` (`pagedsim capacity`) follows vLLM v1 (vllm/v1/core/kv_cache_utils.py) for
-a model whose layers all use full attention (one KV cache group):
+With grouped-query attention only the KV heads count. `fit_blocks` carves blocks out of a
+budget with each start aligned (3.7). `kv_capacity` (`pagedsim capacity`) follows vLLM v1
+(vllm/v1/core/kv_cache_utils.py) for one full-attention KV cache group:
 
     page_size_bytes = 2 * block_size * num_kv_heads * head_dim * dtype_bytes   (one layer)
     num_gpu_blocks  = available_bytes // page_size_bytes // num_layers    (get_num_blocks)
     num_tokens      = num_gpu_blocks * block_size         "GPU KV cache size: N tokens"
     max_concurrency = num_gpu_blocks / ceil(max_model_len / block_size)
 
-Multi-head latent attention (MLA: DeepSeek-V2/V3) caches, per token and layer, one latent
-of kv_lora_rank + qk_rope_head_dim values (`ModelSpec.latent_dim`) instead of per-head K
-and V, as vLLM's MLAAttentionSpec pages it (one KV head, no V):
-page_size_bytes = block_size * latent_dim * dtype_bytes. Dividing by page_size_bytes and
-then the layers equals dividing once by bytes_per_block: floor(floor(a / p) / L) = floor(a / pL).
+MLA (DeepSeek-V2/V3) caches one latent of kv_lora_rank + qk_rope_head_dim values per token
+and layer (`ModelSpec.latent_dim`), as vLLM's MLAAttentionSpec pages it (one KV head, no V).
 """
 
 from __future__ import annotations
@@ -101,8 +95,7 @@ def preset(name: str) -> ModelSpec:
 
 
 def padding_to(nbytes: int, alignment: int = ALIGNMENT) -> int:
-    """Bytes to add to `nbytes` to reach a multiple of `alignment` (a power of two), in
-    0..alignment-1."""
+    """Bytes to add to `nbytes` to reach a multiple of `alignment` (a power of two)."""
     nbytes = count_arg("nbytes", nbytes)
     alignment = count_arg("alignment", alignment, 1)
     if alignment & (alignment - 1):
@@ -133,10 +126,8 @@ class BlockFit:
 
 
 def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) -> BlockFit:
-    """How many blocks of `block_bytes` fit in `budget_bytes` with aligned starts.
-
-    The pool's base address is assumed aligned, so block i starts at i * stride.
-    """
+    """How many blocks of `block_bytes` fit in `budget_bytes` with aligned starts (the
+    base address aligned: block i starts at i * stride)."""
     block_bytes = count_arg("block_bytes", block_bytes, 1)
     budget_bytes = count_arg("budget_bytes", budget_bytes)
     pad = padding_to(block_bytes, alignment)  # per block
@@ -166,9 +157,8 @@ class KVCapacity:
 def kv_capacity(
     spec: ModelSpec, block_size: int, available_bytes: int, max_model_len: int
 ) -> KVCapacity:
-    """Blocks, tokens and requests of `max_model_len` tokens that `available_bytes` of KV cache
-    hold for `spec` (its dtype_bytes is the KV cache dtype), as vLLM v1 computes them for a
-    full-attention model (one KV cache group; see the module docstring)."""
+    """Blocks, tokens and requests of `max_model_len` tokens that `available_bytes` of KV
+    cache hold for `spec`, as vLLM v1 computes them (see the module doc)."""
     block_size = count_arg("block_size", block_size, 1)
     available_bytes = count_arg("available_bytes", available_bytes)
     max_model_len = count_arg("max_model_len", max_model_len, 1)

@@ -3,10 +3,8 @@
 `tell(events)` turns one manager step's events (`trace.py`) into a *story*, a small frozen
 record such as `Arrival(seq_id="A", num_tokens=6, shared=(), taken=(0, 1))`. A story puts
 its sentence together (`words(book)`) from a *phrasebook*, one template table per language
-(`captions_en.EN`; Chinese: `pagedsim.text.captions`), so a language is one table.
-`story_of(snapshot)` is a recorded step's story (its `custom_caption`, if set, in every
-language); `caption` and `describe` tell it in English. This module reads `trace.py`,
-never the other way round.
+(`captions_en.EN`; Chinese: `pagedsim.text.captions`). `story_of(snapshot)` is a recorded
+step's story; `caption` and `describe` tell it in English.
 
 To add a story: a frozen dataclass with `words(book)`, a case in `tell`, and its keys in
 every table (`tests/captions/test_story.py` renders every kind with every table).
@@ -25,12 +23,9 @@ E = TypeVar("E", bound=tr.Event)
 
 
 class Phrasebook:
-    """One language's templates, looked up by key.
-
-    `say(key, *variants, **fields)` uses the first `key.variant` the table has, else
-    `key`, and fills in the fields. The variant "one" is asked for when a count is 1, so
-    English can say "block 3 returns" and "blocks 3, 4 return"; a language without
-    plurals just leaves the variant out. `key.sep` (else `sep`) joins lists."""
+    """One language's templates. `say(key, *variants, **fields)` fills the first
+    `key.variant` the table has, else `key` ("one" is asked for a count of 1, so English
+    says "block 3 returns" and "blocks 3, 4 return"). `key.sep` (else `sep`) joins lists."""
 
     def __init__(self, table: Mapping[str, str]):
         self.table = table
@@ -314,8 +309,7 @@ def english(story: Story) -> str:
 
 
 def caption(snapshot: tr.Snapshot) -> str:
-    """A recorded step in English words, told on demand (other languages:
-    `pagedsim.text.captions.caption`)."""
+    """A recorded step in English words (other languages: `pagedsim.text.captions.caption`)."""
     return english(story_of(snapshot))
 
 

@@ -2,12 +2,9 @@
 
 The algorithm never draws. Each public call on `KVCacheManager` is one *step*; each state
 change in it is an *event* tagged with that step, and a *snapshot* of the whole state may
-be kept after it: plain frozen data, so showing snapshot k is time travel
-(`pagedsim.io.trace_json` writes them). Snapshots hold no sentences: `story.caption`
-tells a step, unless it was given words (`with_caption`, kept in `custom_caption`).
-
+be kept after it: plain frozen data, so showing snapshot k is time travel. Snapshots hold
+no sentences: `story.caption` tells a step, unless it was given words (`custom_caption`).
 With tracing off a manager builds no event object at all and runs the same state change.
-
 """
 
 from __future__ import annotations

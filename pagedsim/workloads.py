@@ -1,22 +1,16 @@
 """Request traces: seeded synthetic ShareGPT/Alpaca workloads and CSV traces (vLLM paper, Fig. 11).
 
-The vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1) reports the datasets' mean lengths:
+The vLLM paper (Sec. 6.1) reports the datasets' mean lengths; we do not ship the datasets.
+`synthetic` draws each length from a log-normal, rounded and clipped to [1, cap], with `mu`
+solved by bisection so that the *clipped* mean equals the paper's:
 
-    sharegpt   input 161.31   output 337.99   (long multi-turn chats)
-    alpaca     input  19.31   output  58.45   (short instructions)
-
-We do not ship the datasets. `synthetic` draws each length from a log-normal, rounded and
-clipped to [1, cap], with `mu` solved (bisection on the clipped log-normal's closed-form
-mean) so that the *clipped* mean equals the paper's:
-
-    dataset    sigma in/out   cap in/out    why the caps
-    sharegpt   1.0 / 0.9      1024 / 1024   prompt + output <= 2048, OPT's context length
-    alpaca     0.6 / 0.8       256 /  512   the paper's Alpaca histograms end there
+    dataset    mean in/out      sigma in/out   cap in/out    why the caps
+    sharegpt   161.31 / 337.99  1.0 / 0.9      1024 / 1024   prompt + output <= 2048 (OPT)
+    alpaca      19.31 /  58.45  0.6 / 0.8       256 /  512   the paper's histograms end there
 
 A CSV trace (UTF-8, a BOM allowed) has the header `prompt_len,output_len` and optional
-columns `n`, `beam_width` and `arrival_step`. Limits keep a typo from exhausting memory or
-overflowing int64: MAX_SEQ_LEN 2**24 tokens, MAX_SAMPLES 256, MAX_REQUESTS 1,000,000,
-MAX_ARRIVAL 2**31 - 1.
+columns `n`, `beam_width` and `arrival_step`, within MAX_SEQ_LEN, MAX_SAMPLES, MAX_REQUESTS
+and MAX_ARRIVAL (a typo never exhausts memory or overflows int64).
 """
 
 from __future__ import annotations
@@ -117,8 +111,7 @@ def lengths(name: str, num_requests: int, seed: int = 0) -> tuple[np.ndarray, np
 def synthetic(
     name: str, num_requests: int, seed: int = 0, *, n: int = 1, beam_width: int = 1
 ) -> list[Request]:
-    """`num_requests` seeded requests with the dataset's length statistics, all arriving at
-    step 0."""
+    """`num_requests` seeded requests with the dataset's length statistics, arriving at step 0."""
     prompts, outputs = lengths(name, num_requests, seed)
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 

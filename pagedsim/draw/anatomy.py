@@ -36,8 +36,7 @@ def formula(spec: ModelSpec, block_size: int = BLOCK_SIZE) -> str:
 
 
 def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool = False):
-    """One whole-model block at (x, y): layers stacked behind, K|V grids in front. `rh` is a
-    head row's height; on a `slide` (18 pt) the K and V names take two lines each."""
+    """One whole-model block at (x, y): layers stacked behind, K|V grids in front."""
     w, h = BLOCK_SIZE * CELL_W, spec.num_kv_heads * rh
     for i in (3, 2, 1):  # shadows for the other layers
         for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
@@ -97,8 +96,7 @@ def gqa_ratio() -> int:
 
 
 def anatomy_slides(out_dir: Path) -> list[Path]:
-    """`--slides`: one model per slide (`3.2-block-anatomy-slide-<i>-<model>`), its block
-    drawn above its bytes, every text at 18 pt or more on a 16:9 slide body."""
+    """`--slides`: one model per slide, its block drawn above its bytes."""
     paths = []
     ratio = gqa_ratio()
     for i, (name, note) in enumerate(MODELS.items()):

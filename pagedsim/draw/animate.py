@@ -1,9 +1,8 @@
 """Replay a trace: PNG frames, an animated GIF, and an HTML player for notebooks.
 
-Every frame is `render(snapshots[k])` into one figure with one layout and one colour map, so
-blocks stay put and a sequence keeps its colour. GIFs go through `FuncAnimation` and
-`PillowWriter`; `to_html` is `Animation.to_jshtml()` (no ffmpeg needed).
-Reference: matplotlib's animation gallery, "Saving animations".
+Every frame is `render(snapshots[k])` with one layout and one colour map, so blocks stay
+put and a sequence keeps its colour. GIFs go through `FuncAnimation` and `PillowWriter`;
+`to_html` is `Animation.to_jshtml()`. Reference: matplotlib's animation gallery.
 """
 
 from __future__ import annotations

@@ -5,16 +5,9 @@
                      [--slides]
 
 Figure makers come from the modules in REGISTRIES, each with a dict `FIGURES: name ->
-maker(out_dir: Path) -> list[Path]`: chapter 3's diagrams (draw/figures_ch3.py), the
-workload labs (labs/sweep.py computes the rows, draw/figures_workloads.py draws them),
-the race and sector figures (draw/figures_labs.py) and the hybrid allocator (draw/hybrid.py).
-
-Every maker uses fixed seeds: two runs write the same files. A plain regeneration (PNG,
-100 dpi, paper style, English) without `--out` writes into `figures/` (run it from the
-repository root); any other run without `--out` writes into a new temporary folder and says
-where. `--format svg` keeps labels as text, `--style projector` makes slide figures, and
-`--slides` makes whole 16:9 slides (PNG 1920 x 1080) in the browser page's colours, one
-frame per file (see `style.output`).
+maker(out_dir: Path) -> list[Path]`. Every maker uses fixed seeds: two runs write the same
+files. A plain regeneration without `--out` writes into `figures/` (run it from the
+repository root); any other run without `--out` writes into a new temporary folder.
 """
 
 from __future__ import annotations

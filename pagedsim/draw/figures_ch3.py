@@ -1,8 +1,7 @@
 """Chapter 3's figures, registered for `pagedsim figures` (FIGURES: name -> maker).
 
-Each maker takes the output folder and returns the files it wrote. All inputs are
-fixed (the tour's script, seeded workloads, `sizing` presets), so the files are the
-same on every run. 3.4 replays `pagedsim tour`'s own trace.
+All inputs are fixed (the tour's script, seeded workloads, `sizing` presets), so the files
+are the same on every run. 3.4 replays `pagedsim tour`'s own trace.
 """
 
 from __future__ import annotations

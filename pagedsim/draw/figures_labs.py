@@ -1,13 +1,12 @@
 """Figures for the chapter 3.7 labs: a race drawn step by step, and the sector-count predictions.
 
-    race_timeline     one bad interleaving of the racy pop (threads as lanes), then the
-                      exercise's atomic.sub pop and the allocator kernel's compare-and-swap
-                      pop on overlapping schedules (`pagedsim.labs.interleavings`)
-    layout_sectors    which bytes one warp's load touches in each KV layout, and how many
-                      32-byte sectors that costs (`pagedsim.labs.sectors`)
+    race_timeline     one bad interleaving of the racy pop, then the atomic.sub and the
+                      compare-and-swap pops on overlapping schedules (`labs.interleavings`)
+    layout_sectors    which bytes one warp's load touches in each KV layout, in 32-byte
+                      sectors (`labs.sectors`)
     alignment_sectors the same count for block starts 0..128 bytes off a 128-byte boundary
 
-All three are computed from index arithmetic or exhaustive enumeration: no GPU, no timing.
+All three come from index arithmetic or exhaustive enumeration: no GPU, no timing.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ SLIDE_OP_LABEL = {**OP_LABEL, "cas ok": "CAS \u2713", "cas fail": "CAS \u2717", 
 
 
 def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None:
-    """Threads as horizontal lanes, one box per memory step, the top value underneath. On a
-    slide (18 pt text) the boxes say less ("s[2]" for stack[2], ok/fail marks for CAS) and
-    what each thread gets and how top ends go beside the lanes, not after the last step."""
+    """Threads as horizontal lanes, one box per memory step, the top value underneath (on a
+    slide the boxes say less, and the outcome goes beside the lanes)."""
     n = len(out.blocks)
     dup = set(out.duplicates)
     top = out.start_top
@@ -76,8 +74,7 @@ def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
 
 
 def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
-    """The axes on a slide: the outcome beside the lanes (thread i gets b), top's end in the
-    x label."""
+    """The axes on a slide: the outcome beside the lanes, top's end in the x label."""
     n, dup = len(out.blocks), set(out.duplicates)
     ax.set_yticks(
         [n - 1 - i + 0.5 for i in range(n)],
@@ -97,8 +94,7 @@ def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
 
 
 def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> None:
-    """The axes on paper: after the last step, what each thread gets and how top ends
-    (`ends`: the words, and whether that is wrong)."""
+    """The axes on paper: after the last step, what each thread gets and how top ends."""
     n, dup, x = len(out.blocks), set(out.duplicates), len(out.steps) + 0.2
     ax.text(x, -0.45, ends[0], va="center", fontsize=9, color=ACCENT if ends[1] else INK)
     for i in range(n):
@@ -126,8 +122,7 @@ def overlapping(impl: str) -> il.Outcome:
 
 
 def _pops(slide: bool) -> list[tuple[str, il.Outcome, str]]:
-    """(file key, schedule, title) of each pop: the racy pop's first bad schedule for 2 threads,
-    then the exercise's atomic.sub pop and the kernel's compare-and-swap pop, overlapping."""
+    """(file key, schedule, title) of each pop: racy, atomic.sub, compare-and-swap."""
     racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
     bad = racy.first_bad
     if bad is None:
@@ -157,8 +152,7 @@ def _pops(slide: bool) -> list[tuple[str, il.Outcome, str]]:
 
 def race_timeline(out_dir: Path) -> list[Path]:
     """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
-    allocator kernel's compare-and-swap pop on an overlapping schedule. `--slides`: one
-    schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+    allocator kernel's compare-and-swap pop on an overlapping schedule."""
     title = "Two threads pop the free stack [10, 11, 12] at once"
     if slides():
         paths = []
@@ -221,9 +215,7 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
 
 
 def layout_sectors(out_dir: Path) -> list[Path]:
-    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid.
-    `--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
-    loads side by side."""
+    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid."""
     from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()

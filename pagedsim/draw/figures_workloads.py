@@ -1,10 +1,8 @@
 """Workload figures: the memory-waste breakdown (vLLM paper Fig. 2) and the block-size sweep.
 
-This module only turns rows into pictures: the rows come from the labs
-(`pagedsim.labs.waste`, `pagedsim.labs.sweep`), which also register the figures
-(`labs.sweep.FIGURES`); nothing here imports a lab. The paper's Figure 2 token-state
-shares are overlaid as markers for comparison, not as data we measured; a note on each
-figure, computed from the rows, says why they differ (`paper_note`, `sweep_notes`).
+Rows come from the labs (`labs.waste`, `labs.sweep`), which also register the figures;
+nothing here imports a lab. The paper's Figure 2 token-state shares are overlaid as
+markers, not data we measured; a note computed from the rows says why they differ.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ PAPER_TOKEN_STATES = {"paged": 96.3, "max": 20.4, "pow2": 26.8, "oracle": 38.2} 
 
 
 def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> list[Path]:
-    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...}). Under
-    `--slides`: the bars on one slide, the note on the paper's markers on the next."""
+    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...})."""
     slide = style.slides()
     if slide:
         fig = style.new_figure(*style.SLIDE_BODY_IN)
@@ -66,8 +63,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
 
 
 def _waste_bars(ax, which: tuple[int, int], mode: str, shares: dict, allocators) -> None:
-    """Mode `which[0]` of `which[1]`: one stacked bar per allocator (its `shares`), the token
-    states' share written inside, the mode's name on top."""
+    """Mode `which[0]` of `which[1]`: one stacked bar per allocator, its mode's name on top."""
     m, modes = which
     width = 0.8 / modes
     x = np.arange(len(allocators)) + (m - (modes - 1) / 2) * width
@@ -116,9 +112,8 @@ def paper_note(by_mode: dict) -> str:
 
 
 def sweep_notes(rows) -> tuple[str | None, str]:
-    """The sweep figure's two notes, computed from its rows: why the preemption curve has the
-    shape it has (None when no row has a preemption count), and why its numbers are not
-    lesson 3.5's."""
+    """The sweep figure's two notes, computed from its rows: the preemption curve's shape (None
+    without preemption counts), and why its numbers are not lesson 3.5's."""
     ok = [r for r in rows if r["preemptions"] is not None]
     peak = max(ok, key=lambda r: r["preemptions"]) if ok else None
     why = (
@@ -184,8 +179,7 @@ def _sweep_panel(ax, bs, xs, ys, label: str, logy: int, key: str, fontsize: floa
 
 def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_sweep.png") -> list:
     """Five panels over block size (waste, table entries, largest batch, preemptions, prefix-cache
-    hit rate), each on its own axis, and two notes that explain them; under `--slides`, one
-    file per panel and per note (`draw_sweep_slides`). Returns the paths written."""
+    hit rate) and two notes; under `--slides`, `draw_sweep_slides`. The paths written."""
     if style.slides():
         return draw_sweep_slides(rows, out_dir, title, name)
     bs = np.array([r["block_size"] for r in rows])
@@ -206,8 +200,7 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
 
 
 def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
-    """One idea per slide: each panel alone (`<name>-slide-<i>-<panel>.png`), then each note as
-    a text slide, all at 18 pt or more once fitted to a 16:9 slide body."""
+    """One idea per slide: each panel alone, then each note as a text slide."""
     bs = [r["block_size"] for r in rows]
     stem, paths = Path(name).stem, []
     slides = [(key, panel) for key, *panel in _sweep_panels(rows)]

@@ -1,10 +1,9 @@
 """Figures 3.3 (logical vs physical blocks) and 3.6 (the core flow), drawn from real traces.
 
-Every box and arrow comes from a `Snapshot` of a `KVCacheManager` run. 3.3 draws each
-sequence's logical blocks in a row, with an arrow to wherever its block table puts each
-physical block. 3.6 shows the free pool (head first), the physical blocks and the block
-tables in one frame, the block `allocate()` just popped highlighted.
-Reference: Kwon et al., SOSP 2023, figure 6 (block table translation).
+3.3 draws each sequence's logical blocks in a row, with an arrow to each physical block.
+3.6 shows the free pool (head first), the physical blocks and the block tables in one
+frame, the block `allocate()` just popped highlighted. Reference: Kwon et al., SOSP 2023,
+figure 6 (block table translation).
 """
 
 from __future__ import annotations
@@ -125,8 +124,7 @@ def logical_subtitle(m: KVCacheManager) -> str:
 
 
 def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
-    """3.6: free pool -> allocated blocks -> block tables, from the first step that grows a
-    table."""
+    """3.6: free pool -> allocated blocks -> block tables, from the first step growing a table."""
     k = next(
         i
         for i, s in enumerate(snapshots)

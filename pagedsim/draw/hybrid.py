@@ -1,13 +1,10 @@
 """The hybrid allocator drawn: two KV cache groups over one pool (v1 HybridKVCacheCoordinator).
 
-    hybrid-groups   a Gemma-style model: each request has a full-attention and a
-                    sliding-window table over one pool. The window table frees what its
-                    next query never reads (null entries), the full table keeps every
-                    block, and a second request with the same prompt hits as many
-                    tokens in both groups.
+    hybrid-groups   each request has a full-attention and a sliding-window table over one
+                    pool; the window table frees what its next query never reads, and a
+                    second request with the same prompt hits in both groups.
 
-Snapshots of a real `HybridManager` run (`policies/hybrid.py`), drawn by the ordinary
-renderer: request "A" shows as the rows "A:full" and "A:window".
+Snapshots of a real `HybridManager` run, drawn by the ordinary renderer.
 """
 
 from __future__ import annotations

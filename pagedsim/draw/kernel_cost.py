@@ -1,16 +1,16 @@
 """Figure 3.5b: the kernel's side of the block-size trade-off, from the sector model (no GPU).
 
-Per decode step of one sequence and one KV head, in 32-byte sectors (`pagedsim.labs.sectors`,
-a model: it counts bytes, it times nothing), over figure 3.5's 500 seeded ShareGPT-like
-requests with Llama-2-7B's head (D = 128, fp16):
+Per decode step of one sequence and one KV head, in 32-byte sectors (a model: it counts
+bytes, it times nothing), over figure 3.5's 500 seeded ShareGPT-like requests with
+Llama-2-7B's head (D = 128, fp16):
 
     contiguous  2 (K, V) x sectors of one l x D run: the cache without blocks
     KV read     2 x ceil(l / B) tiles x sectors of one B x D tile (the last one masked)
     table       sectors of the ceil(l / B) int32 block-table entries
     lookups     ceil(l / B) dependent loads, each before its block's loads
 
-Traffic is lowest for small blocks, yet vLLM measures them as slow (paper section 7.2): the
-model leaves out latency. A GPU run over block sizes should replace this figure.
+Traffic is lowest for small blocks, yet vLLM measures them as slow (paper section 7.2):
+the model leaves out latency.
 """
 
 from __future__ import annotations
@@ -77,8 +77,7 @@ def make(out_dir: Path) -> list[Path]:
 
 
 def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
-    """`--slides`: the traffic panel, the latency panel and the caveat, one slide each
-    (`3.5b-kernel-cost-slide-<i>-<key>`), all at 18 pt or more on a 16:9 slide body."""
+    """`--slides`: the traffic panel, the latency panel and the caveat, one slide each."""
     import textwrap
 
     paths = []

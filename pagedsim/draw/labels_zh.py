@@ -1,8 +1,7 @@
 """Chinese labels for the step pictures and the 3.1 figure (English text -> Chinese).
 
-`style.tr(text)` looks text up here when figures are drawn with `lang="zh"` and a CJK
-font is installed; anything missing stays English. Ids and call names are not
-translated.
+`style.tr(text)` looks text up here under `lang="zh"` with a CJK font; anything missing
+stays English.
 """
 
 ZH = {

@@ -137,10 +137,8 @@ class Layout:
 
 
 def departures(snapshots) -> list[tuple]:
-    """For each frame: the sequences that left the pool in it, as (seq_id, back). A sequence
-    left if the previous frame had it, or this frame's events free it, and this frame does
-    not; back is the step of the next frame that has it again or re-adds it (it was preempted
-    or swapped out), or None (it finished). A pure function of the trace."""
+    """For each frame: the sequences that left the pool in it, as (seq_id, back): back is the
+    step of the next frame that has it again (preempted or swapped out), or None (finished)."""
     live = [{q.seq_id for q in s.sequences} for s in snapshots]
     added = [
         {
@@ -165,14 +163,9 @@ def departures(snapshots) -> list[tuple]:
 def render(
     snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None, legend: bool = True
 ):
-    """Draw `snapshot`; returns the figure.
-
-    Without `ax` it draws on `fig` (cleared and resized) or on a new figure sized for
-    `layout`. With `ax` it clears that axes and draws into it (the animator and the
-    stepper do this). Pass one `layout` and `colours` for every frame of a trace so
-    frames line up and each sequence keeps its colour (`style.seq_colours`). `legend=False`
-    leaves the legend band empty (a strip of frames draws one legend, not one per frame).
-    """
+    """Draw `snapshot`; returns the figure. Without `ax` it draws on `fig` (cleared and resized)
+    or a new figure; with `ax` it redraws that axes. Pass one `layout` and `colours` for every
+    frame of a trace so frames line up; `legend=False` leaves the legend band empty."""
     layout = layout or Layout.for_snapshots([snapshot])
     if layout.num_gpu_blocks != snapshot.num_gpu_blocks:
         raise ValueError(
@@ -205,8 +198,7 @@ def render(
 
 
 def describe_artists(fig) -> list[tuple]:
-    """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
-    tests compare instead of pixels."""
+    """Every patch and text of `fig` as plain tuples: what tests compare instead of pixels."""
     out: list[tuple[object, ...]] = [
         ("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color()))
         for t in fig.texts
@@ -276,8 +268,7 @@ def _text(ax, x, y, text, size, **kw):
 
 
 def _box(ax, x, y, w, h, **kw):
-    """A rectangle with its top-left corner at (x, y) (y grows downwards), ink-edged unless
-    `kw` says otherwise."""
+    """A rectangle with its top-left corner at (x, y), ink-edged unless `kw` says otherwise."""
     kw.setdefault("edgecolor", palette.INK)
     return ax.add_artist(Rectangle((x, y), w, h, **kw))
 
@@ -412,8 +403,7 @@ def _used_block(ax, snap, b, xy, owners):
 
 
 def _copy_arrow(ax, layout, src, dst):
-    """A pending copy-on-write, src -> dst: an arc under the blocks, clear of the badges,
-    that dips COPY_DEPTH, with its label at its side."""
+    """A pending copy-on-write, src -> dst: an arc under the blocks, its label at its side."""
     (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
     a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
     dist = math.hypot(b[0] - a[0], b[1] - a[1])
@@ -440,8 +430,7 @@ def block_label(snap, b: int) -> str:
 
 
 def _legend(ax, layout, snap=None):
-    """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
-    entry only where the frame draws a copy, so the row fits at 18 pt)."""
+    """What the marks mean (on a slide, copy-on-write only where the frame draws a copy)."""
     lk, badge = style.look(), style.tr("ref count (badge)")
     free: dict[str, Any] = dict(facecolor=lk.free, edgecolor=lk.free_edge, ls="--")
     handles = [
@@ -475,8 +464,7 @@ def _legend(ax, layout, snap=None):
 
 
 def _free_list(ax, snap, layout):
-    """The free list as a chain of nodes from HEAD, as many as fit, then TAIL (or how many
-    more, or that it is empty)."""
+    """The free list as a chain of nodes from HEAD, as many as fit, then TAIL or how many more."""
     y, free = layout.free_y, snap.free_list
     title = style.tr("free list, head first = allocate() order ({n} free)", n=len(free))
     _text(ax, 0.5, y, title, 10, ha="left", fontweight="bold")

@@ -1,9 +1,8 @@
 """Any trace as slides: one frame per step, a key-frame strip (or one file per key frame), a GIF.
 
 Used by `pagedsim play ... --draw DIR` and the 3.4 figure. The key-frame strip is ONE
-figure, one axes per frame, so in SVG and PDF every label stays editable text. Frames share
-one `Layout` and colour map; only the strip's last frame draws the legend. `write_slides`
-(`pagedsim figures --slides`) puts each key frame in its own file instead.
+figure, one axes per frame, so in SVG and PDF every label stays editable text; only its
+last frame draws the legend.
 """
 
 from __future__ import annotations
@@ -63,8 +62,7 @@ def write_strip(snapshots, path, picks=None) -> Path:
 
 
 def write_slides(snapshots, out_dir, name: str, picks=None) -> list[Path]:
-    """One file per key frame (`pagedsim figures --slides`): `<name>-slide-<i>-step-<k>.png`,
-    each a whole frame with its own legend, laid out for the whole trace."""
+    """One file per key frame (`pagedsim figures --slides`), each a whole frame with its legend."""
     snapshots = list(snapshots)
     picks = key_frames(snapshots) if picks is None else list(picks)
     return [

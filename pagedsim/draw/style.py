@@ -1,18 +1,16 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
-Colours come from `pagedsim/palette.py` (Paul Tol's "muted" scheme), shared by the figures,
-the slides and the browser page; sequences get them in admission order, so a sequence keeps
-its colour for a whole animation. `save` writes without timestamps or version metadata, so
-the same seed gives the same bytes. `with output(fmt=..., dpi=..., look=..., slides=...):`
-holds what `pagedsim figures` chose, and `save` obeys it:
+Colours come from `pagedsim/palette.py`; sequences get them in admission order. `save`
+writes without timestamps or version metadata, so the same seed gives the same bytes.
+`with output(fmt=..., dpi=..., look=..., slides=...):` holds what `pagedsim figures`
+chose, and `save` obeys it:
 
-    fmt     png, svg (text stays <text>: svg.fonttype "none") or pdf (TrueType fonts);
-            a maker's "x.png" is written as "x.svg" / "x.pdf". Neither carries a date.
-    dpi     raster resolution (PNG and the pixels inside PDF/SVG); default DPI.
-    look    "paper" (what figures/ holds) or "projector": Tol "bright" colours, no pale
-            fills, every text at least 12 pt, figures 1.4x larger.
-    slides  `--slides`: multi-frame figures write one frame per file, and every figure is
-            a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080), no text under 18 pt.
+    fmt     png, svg (text stays <text>) or pdf (TrueType fonts); a maker's "x.png" is
+            written as "x.svg" / "x.pdf".
+    dpi     raster resolution; default DPI.
+    look    "paper" or "projector": Tol "bright" colours, no pale fills, every text at
+            least 12 pt, figures 1.4x larger.
+    slides  one frame per file, every figure a whole 16:9 slide, no text under 18 pt.
 """
 
 from __future__ import annotations
@@ -91,8 +89,7 @@ NO_CJK_NOTE = (
 
 
 def cjk_font() -> str | None:
-    """The first installed font that has Chinese glyphs, or None. Fonts installed after
-    matplotlib built its cache are found by file name and registered."""
+    """The first installed font with Chinese glyphs (registering ones found by file name)."""
     from matplotlib import font_manager
 
     installed = {f.name for f in font_manager.fontManager.ttflist}
@@ -120,10 +117,8 @@ def output(
     lang: str = "en",
     slides: bool = False,
 ):
-    """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
-    `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese
-    needs a CJK font: without one, a one-line note goes to stderr and the labels stay
-    English (never boxes for missing glyphs)."""
+    """Within the block, `save` writes `fmt` at `dpi` in the named look, labels in `lang`
+    (Chinese needs a CJK font: without one, a note on stderr and English labels)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if look not in LOOKS:
@@ -232,10 +227,8 @@ SLIDE_MIN_PT = 18.0  # no text smaller than this on a slide, as projected
 
 
 def fit_slide(fig) -> None:
-    """`--slides`: scale the figure until it meets the edges of a 16:9 slide, then make it
-    exactly 16:9 (960 x 540 pt) by widening the short side: axes and texts keep their
-    fractional places, so the slack is spread through the layout instead of left as bands.
-    Every text is then raised to at least 18 pt."""
+    """`--slides`: make the figure exactly one 16:9 slide (axes and texts keep their fractional
+    places), then raise every text to at least 18 pt."""
     if getattr(fig, "_pagedsim_slide", False):
         return
     fig.set_size_inches(*SLIDE_IN)
@@ -245,8 +238,7 @@ def fit_slide(fig) -> None:
 
 
 def canvas(size: tuple[float, float], xlim: tuple[float, float], ylim: tuple[float, float]):
-    """(figure, axes) for a diagram: one axes filling a figure of `size` inches, limits
-    `xlim` x `ylim` in the diagram's own units, no frame or ticks."""
+    """(figure, axes) for a diagram: one frameless axes filling the figure, limits in units."""
     fig = new_figure(*size)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(*xlim)
@@ -264,9 +256,7 @@ def text_slide(text: str, gid: str):
 
 
 def _wrap_to_figure(fig) -> None:
-    """Text raised to 18 pt may run off the figure: a horizontal text that does is broken
-    into lines at spaces (never mid-word), as many as it takes to fit between its anchor and
-    the figure's edge."""
+    """Break a horizontal text that runs off the figure into lines at spaces, to fit."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     page = fig.bbox
@@ -308,9 +298,8 @@ def fit_look(fig) -> None:
 
 
 def _raise_text(fig, min_pt: float) -> None:
-    """Raise every text of `fig`, tick labels included, to at least `min_pt`. Log axes label
-    10^k in mathtext, whose exponent is 70% of the label size: they get plain numbers instead
-    (10, 100, 1000), so no superscript falls under `min_pt`."""
+    """Raise every text of `fig`, tick labels included, to at least `min_pt` (log axes get plain
+    numbers, so no superscript falls under it)."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for which in ("major", "minor"):
@@ -329,8 +318,7 @@ def _raise_text(fig, min_pt: float) -> None:
 
 
 def _recolour(fig, lk: Look) -> None:
-    """Swap the paper palette for the look's in a finished figure (alpha is kept), so that
-    every maker gets projector colours without knowing about looks."""
+    """Swap the paper palette for the look's in a finished figure (alpha is kept)."""
     swap = {to_hex(a).lower(): b for a, b in zip(SEQ_COLOURS, lk.seq_colours, strict=True)}
     swap.update({FREE.lower(): lk.free, FREE_EDGE.lower(): lk.free_edge})
     if lk.grey:
@@ -349,8 +337,8 @@ def _recolour(fig, lk: Look) -> None:
 
 
 def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
-    """Write `fig` to `path` without timestamps or version strings; returns the path written.
-    Under `output(...)`, a ".png" path becomes the chosen format and `dpi` the chosen dpi."""
+    """Write `fig` to `path` without timestamps or version strings, as `output(...)` chose;
+    returns the path written."""
     path = Path(path)
     fmt = _out["fmt"]
     if path.suffix == ".png" and fmt != "png":

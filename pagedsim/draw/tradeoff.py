@@ -67,8 +67,7 @@ def make(out_dir: Path) -> list[Path]:
 
 
 def _slides(out_dir: Path, data: dict, title: str, note: str) -> list[Path]:
-    """`--slides`: each panel on its own slide (`3.5-block-size-tradeoff-slide-<i>-<key>`),
-    the workload and the definitions wrapped above and below it, all at 18 pt or more."""
+    """`--slides`: each panel on its own slide, the workload and the definitions around it."""
     import textwrap
 
     paths = []

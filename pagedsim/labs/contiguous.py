@@ -1,13 +1,10 @@
 """A contiguous KV allocator under continuous batching: first-fit placement, external
 fragmentation.
 
-Orca-style systems give each request one contiguous region of `size[i]` slots (max_len,
-the next power of two of L, or L). This replays one in a memory of `memory` slots, event
-by event: a request is admitted (FCFS) when first fit finds a hole of size[i], is live
-for output_len steps, then freed; each span of k steps between events adds k * (free
-slots in holes too small for every waiting request). Free space while nobody waits is
-idle, not fragmentation. The other parts of the waste do not depend on the schedule and
-have closed forms in `waste.py`.
+Orca-style systems give each request one contiguous region of `size[i]` slots. This
+replays one in `memory` slots, event by event: a request is admitted (FCFS) when first fit
+finds a hole, is live for output_len steps, then freed; each span of k steps between events
+adds k * (free slots in holes too small for every waiting request).
 """
 
 from __future__ import annotations
@@ -46,12 +43,8 @@ def external_fragmentation(
     memory: int,
     queue: str = "fcfs",
 ) -> int:
-    """Sum over steps of free slots no waiting request can use (first-fit placement).
-
-    queue="fcfs": admission is strictly in order, so while the head of the queue does
-    not fit, no waiting request can use any hole (the head's size is the bar).
-    queue="any": a hole counts only if it is smaller than *every* waiting request.
-    """
+    """Sum over steps of free slots no waiting request can use (first-fit placement);
+    the bar is the queue head's size ("fcfs") or every waiting request's ("any")."""
     if queue not in ("fcfs", "any"):
         raise ValueError(f"queue must be 'fcfs' or 'any', got {queue!r}")
     memory = count_arg("memory", memory, 1)

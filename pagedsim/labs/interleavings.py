@@ -1,8 +1,8 @@
 """Every interleaving of a concurrent pop from a free stack of block ids, enumerated.
 
 Chapter 3.7 says the pool needs atomics when many GPU threads take blocks at once. This
-shows why without a GPU or scheduling luck: each thread's pop is split into its memory
-steps (each atomic on its own), and every order in which they can interleave is walked.
+shows why without a GPU: each thread's pop is split into its memory steps, and every order
+in which they can interleave is walked.
 
 - ``racy``: ``t = top``; ``b = stack[t-1]``; ``top = t-1``.
 - ``cas``: ``t = top``; loop ``b = stack[t-1]``; ``old = CAS(top, t, t-1)``; done if
@@ -10,13 +10,9 @@ steps (each atomic on its own), and every order in which they can interleave is 
 - ``atomic_add``: ``t = atomic_add(top, -1)`` (the old value); ``b = stack[t-1]``.
 
 A schedule is bad when two threads return the same block, or ``top`` does not end
-``threads`` lower than it started. Fixed-length pops have ``(threads*steps)! /
-(steps!)**threads`` schedules; CAS loops are counted by the walk. Only pops run: with
-concurrent pushes an index-based CAS stack has the ABA problem, which is why
-`cuda_kernels.alloc` frees in a separate launch.
-
-Reference: Herlihy & Shavit, "The Art of Multiprocessor Programming", ch. 5 (consensus
-numbers); CUDA C++ Programming Guide, "Atomic Functions".
+``threads`` lower than it started. Only pops run: with concurrent pushes an index-based CAS
+stack has the ABA problem, which is why `cuda_kernels.alloc` frees in a separate launch.
+Reference: Herlihy & Shavit, "The Art of Multiprocessor Programming", ch. 5.
 """
 
 from __future__ import annotations
@@ -88,11 +84,8 @@ def _advance(
 
 
 def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None) -> Iterator[Outcome]:
-    """Yield an Outcome for every interleaving of `threads` concurrent pops.
-
-    `stack` holds the free block ids, bottom first; the pop takes from the end.
-    It must hold at least `threads` ids so that no pop finds the stack empty.
-    """
+    """Yield an Outcome for every interleaving of `threads` concurrent pops from `stack`
+    (free block ids, bottom first; at least `threads` of them)."""
     if not isinstance(impl, str):
         raise TypeError(f"impl must be a str, got {type(impl).__name__}")
     if impl not in IMPLS:

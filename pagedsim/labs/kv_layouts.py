@@ -78,8 +78,7 @@ class KVLayout:
     def index(
         self, which: str, shape: tuple[int, ...], n: Coord, h: Coord, t: Coord, d: Coord
     ) -> Coord:
-        """Element index of (n, h, t, d) of K or V from the start of its array, of `shape`
-        (`array_shape` gives it), row-major."""
+        """Row-major element index of (n, h, t, d) of K or V in an array of `shape`."""
         axes = self.axes(which)
         x = shape[axes.index("x")] if "x" in axes else 1
         where: dict[str, Coord] = {
@@ -97,8 +96,7 @@ class KVLayout:
         return idx
 
     def dims(self, k_shape: tuple[int, ...], x: int) -> tuple[int, int, int, int]:
-        """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape; ValueError
-        if a vector axis is not x wide."""
+        """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape (checked)."""
         if len(k_shape) != len(self.k_axes):
             raise ValueError(
                 f"k_src must have {len(self.k_axes)} dimensions {self.k_axes}, "
@@ -139,18 +137,8 @@ LAYOUTS: dict[str, KVLayout] = {
     spec.name: spec
     for spec in (
         KVLayout("fused", FUSED_AXES, FUSED_AXES, "kv_cache[N, 2, H, B, D]"),
-        KVLayout(
-            "split",
-            ("N", "H", "B", "D"),
-            ("N", "H", "B", "D"),
-            "k_pool[N, H, B, D], v_pool[N, H, B, D]",
-        ),
-        KVLayout(
-            "nhd",
-            ("N", "B", "H", "D"),
-            ("N", "B", "H", "D"),
-            "k_pool[N, B, H, D], v_pool[N, B, H, D]",
-        ),
+        KVLayout("split", tuple("NHBD"), tuple("NHBD"), "k_pool[N, H, B, D], v_pool[N, H, B, D]"),
+        KVLayout("nhd", tuple("NBHD"), tuple("NBHD"), "k_pool[N, B, H, D], v_pool[N, B, H, D]"),
         KVLayout(
             "vllm",
             ("N", "H", "D/x", "B", "x"),

@@ -27,7 +27,7 @@ from ..io.args import ArgParser, float_in, int_in
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager, make_policy
 from ..scheduler import make_scheduler
 from ..sizing import preset
-from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
+from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests, text_table
 
 COLUMNS = tuple(
     """mode eviction preemption hit_rate evictions preemptions discarded_tokens
@@ -124,8 +124,5 @@ def main(argv: list[str]) -> int:
         f"trace: {source}; block size {args.block_size}, memory {args.memory_tokens} token "
         f"slots, host swap {args.swap_space:g} GiB of {args.model} blocks"
     )
-    cells = [COLUMNS] + [tuple(_cell(c, r[c]) for c in COLUMNS) for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
-    for row in cells:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    print(text_table([COLUMNS, *(tuple(_cell(c, r[c]) for c in COLUMNS) for r in rows)]))
     return 0

@@ -1,11 +1,8 @@
 """How many 32-byte sectors one warp's load touches in each KV-cache layout (pure NumPy).
 
-A warp's global load is served in 32-byte sectors (and 128-byte lines); it is fully
-efficient when the bytes its 32 lanes ask for fill every sector it touches. From the index
-arithmetic alone (the registry, `kv_layouts.LAYOUTS`) this computes the byte each lane
-reads and counts distinct sectors and lines: it predicts, the GPU script measures.
-
-Thread mappings (which (token, dim) lane l reads in one load instruction):
+A warp's load is served in 32-byte sectors (and 128-byte lines). From the index arithmetic
+alone (`kv_layouts.LAYOUTS`) this computes the byte each lane reads and counts distinct
+sectors and lines: it predicts, the GPU script measures. Thread mappings:
 
     kernel  the factory kernel's tile loop (`cuda_kernels.fast.decode`): lanes read dims
             0..31 of one token, one element each;
@@ -13,8 +10,7 @@ Thread mappings (which (token, dim) lane l reads in one load instruction):
             l // B; for vLLM's value layout the vectors run along tokens instead.
 
 References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"; vLLM
-csrc/attention/attention_kernels.cuh (`x = 16 / sizeof(cache_t)`); FlashInfer docs,
-"KV-Cache Layout" (NHD / HND).
+csrc/attention/attention_kernels.cuh.
 """
 
 from __future__ import annotations
@@ -29,6 +25,7 @@ import numpy.typing as npt
 from . import kv_layouts as _kv
 from .kv_layouts import LAYOUTS as LAYOUTS  # the figures iterate it from here
 from .kv_layouts import Coord, layout
+from .waste import text_table
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
@@ -52,8 +49,7 @@ class Geometry:
 def element_offset(
     layout_name: str, which: str, g: Geometry, n: Coord, h: Coord, t: Coord, d: Coord
 ) -> npt.NDArray[np.int64]:
-    """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array
-    start."""
+    """Byte offset of element (n, h, t, d) of K or V (`which`) from its array start."""
     spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
     shape = spec.array_shape(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x)
@@ -159,8 +155,7 @@ class LayoutRow(TypedDict):
 
 
 def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
-    """(sectors, lines) for one contiguous run of run_bytes starting offset_bytes past a
-    128-byte boundary."""
+    """(sectors, lines) of run_bytes starting offset_bytes past a 128-byte boundary."""
     a = np.array([offset_bytes])
     return touched(a, run_bytes, SECTOR), touched(a, run_bytes, LINE)
 
@@ -231,10 +226,7 @@ def kv_distance(layout: str, g: Geometry = Geometry(), block: int = 3, head: int
 
 def format_table(rows: Sequence[Mapping[str, object]]) -> str:
     keys = list(rows[0])
-    width = {k: max(len(k), *(len(f"{r[k]}") for r in rows)) for k in keys}
-    lines = ["  ".join(k.rjust(width[k]) for k in keys)]
-    lines += ["  ".join(f"{r[k]}".rjust(width[k]) for k in keys) for r in rows]
-    return "\n".join(lines)
+    return text_table([keys, *([f"{r[k]}" for k in keys] for r in rows)])
 
 
 if __name__ == "__main__":

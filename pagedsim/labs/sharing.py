@@ -1,16 +1,14 @@
 """Memory saved by sharing blocks: parallel sampling and beam search (vLLM paper Sec. 4.4, Fig. 15).
 
-Sharing here is vLLM v0's: one group per request, forked, with copy-on-write (the paper's
-mechanism); v1 turns n samples into n requests sharing full prompt blocks through the
-prefix cache, and runs beam search outside the scheduler. Each request runs through the
-driver with `n` samples or `beam_width` beams, in a pool that never preempts; the saving is
+Sharing here is vLLM v0's: one group per request, forked, with copy-on-write (v1 turns n
+samples into n requests sharing full prompt blocks through the prefix cache). Each request
+runs through the driver in a pool that never preempts; the saving is
 
     1 - sum over steps of blocks used / sum over steps of unshared blocks
 
-(unshared: each sequence ceil(l/B) blocks of its own). Samples share only the prompt.
-Beams are synthetic: each step each beam, with probability `beam_reshuffle`, becomes a
-fork of another, so beams share long histories like real survivors; the paper measures
-real OPT-13B beams on Alpaca, ours has only the shape of that process.
+Samples share only the prompt. Beams are synthetic: each step each beam, with probability
+`beam_reshuffle`, becomes a fork of another, so beams share long histories like real
+survivors (the paper measures real OPT-13B beams on Alpaca).
 """
 
 from __future__ import annotations

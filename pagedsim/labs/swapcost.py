@@ -2,30 +2,25 @@
 (vLLM Sec. 4.5, Fig. 19).
 
 Swap is vLLM v0's alternative; v1 preempts by recompute only.
-
-    swap       K/V of l tokens go to the host and come back over PCIe (vLLM's swap_blocks
-               issues one copy per block, hence a per-block latency):
+    swap       K/V of l tokens go to the host and back over PCIe (one copy per block):
                    t_swap = 2 * (ceil(l/B) * copy_latency + l * bytes_per_token / pcie_bandwidth)
-    recompute  the l tokens are prefilled again (weights, plus causal attention scores and
-               values; d_model = heads * head_dim):
+    recompute  the l tokens are prefilled again (d_model = heads * head_dim):
                    flops = 2 * params * l + 2 * num_layers * l**2 * d_model
                    t_recompute = flops / (peak_flops * mfu)
 
-v1's argument: freed full blocks stay in the prefix cache, so re-admission recomputes only
-the tokens past the cached prefix. With a fraction h of them served from cache,
+v1's argument: freed full blocks stay in the prefix cache, so with a fraction h served from
+cache (measured on a v1 run unless `--hit-fraction` is given)
 
     t_recompute_v1 = t_recompute(l) - t_recompute(h * l)
 
-h is measured (`measured_hit_fraction`, on a v1 run over synthetic ShareGPT) unless
-`--hit-fraction` is given. Swap is linear in l and recompute has a quadratic term, so for
-each length there is a PCIe bandwidth above which swapping wins:
+Swap is linear in l and recompute has a quadratic term, so for each length there is a
+PCIe bandwidth above which swapping wins:
 
     bandwidth* = 2 * l * bytes_per_token / (t_recompute - 2 * ceil(l/B) * copy_latency)
 
-ASSUMED by default (each one a flag, none a measurement of ours): OPT-13B from
-`sizing.PRESETS` (819,200 bytes per token; params ~ 12 * layers * d_model**2 = 12.6e9); an
-A100 (312 TFLOPS dense FP16, prefill at 50% MFU); PCIe 4.0 x16 at 25 GB/s effective per
-direction; 10 microseconds per block copy, block size 16.
+ASSUMED by default (each one a flag): OPT-13B from `sizing.PRESETS`; an A100 (312 TFLOPS
+dense FP16, prefill at 50% MFU); PCIe 4.0 x16 at 25 GB/s per direction; 10 microseconds per
+block copy, block size 16.
 """
 
 from __future__ import annotations
@@ -168,8 +163,7 @@ def main(argv: list[str]) -> int:
 
 
 def _row(length: int, s: Setup, h: float) -> Row:
-    """Swap against recompute for one preempted sequence of `length` tokens; `h`: the share
-    of it v1's prefix cache serves again."""
+    """Swap against recompute for one preempted sequence; `h`: the share v1's cache serves."""
     swap, recompute = swap_seconds(length, s), recompute_seconds(length, s)
     return {
         "tokens": length,

@@ -39,6 +39,7 @@ from .waste import (
     exact_sum,
     load_requests,
     sums,
+    text_table,
     waste_figure,
 )
 
@@ -113,9 +114,7 @@ def format_rows(rows: Iterable[SweepRow]) -> str:
             return f"{100 * v:.1f}%"
         return f"{v:.1f}" if isinstance(v, float) else str(v)
 
-    table = [COLUMNS] + [tuple(cell(c, r[c]) for c in COLUMNS) for r in rows]
-    widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) for t in table)
+    return text_table([COLUMNS, *(tuple(cell(c, r[c]) for c in COLUMNS) for r in rows)])
 
 
 def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:

@@ -1,11 +1,8 @@
 """Where KV-cache memory goes: paged vs contiguous allocators (vLLM paper, Fig. 2).
 
-Definitions (sums over every decode step and every live sequence; a request with
-`n` samples or `beam_width` beams counts that many sequences, *without* sharing --
-sharing is measured separately by `sharing.py`):
-
-    A sequence of prompt P and output O is live for decode steps t = 1..O, and at
-    step t holds l = P + t tokens; its final length is L = P + O.
+Sums over every decode step and every live sequence (a request with `n` samples or
+`beam_width` beams counts that many sequences, without sharing: see `sharing.py`). A
+sequence of prompt P and output O holds l = P + t tokens at step t = 1..O; L = P + O.
 
     allocator  slots held        token_states  reserved   internal_fragmentation
     paged(B)   ceil(l/B)*B       l             0          ceil(l/B)*B - l
@@ -13,32 +10,25 @@ sharing is measured separately by `sharing.py`):
     pow2       2**ceil(log2 L)   l             L - l      2**ceil(log2 L) - L
     oracle     L                 l             L - l      0
 
-    external_fragmentation: 0 in `static` mode (every request admitted at step 0,
-    unlimited memory). In `continuous` mode the contiguous allocators are replayed
-    with first-fit placement in a memory of `memory_tokens` slots (`contiguous.py`),
-    counting free slots while requests wait that the waiting queue cannot use: with
-    `queue="fcfs"` (default; the driver admits in order) every hole the head of the
-    queue does not fit in, with `queue="any"` only holes smaller than every waiting
-    request. The paged allocator has none: any free block serves any sequence.
+external_fragmentation is 0 in `static` mode (all admitted at step 0, unlimited memory).
+In `continuous` mode the contiguous allocators are replayed first-fit in `memory_tokens`
+slots (`contiguous.py`), counting free slots the waiting queue cannot use: with
+`queue="fcfs"` every hole the queue's head does not fit in, with `queue="any"` only holes
+smaller than every waiting request. The paged allocator has none.
 
-Every sum has a closed form per request, so a 10,000-request trace is a handful of
-NumPy array operations. Per request the terms fit in int64 (the trace limits in
-`workloads` keep samples x length^2 below 2**58, and max_len <= MAX_LEN); the sums over
-requests are taken in Python integers, so no size of trace can overflow them. With
+Every sum has a closed form per request (int64 per request, Python ints across them), with
 C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1) (q, r = divmod(n, B)):
 
     sum_t l             = O*P + O*(O+1)/2
     sum_t (L - l)       = O*(O-1)/2
     sum_t ceil(l/B)*B   = B * (C(P+O) - C(P))
-
-`pagedsim waste --workload sharegpt --mode static` prints the fractions.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -150,21 +140,22 @@ def waste_figure(out_dir: Path) -> list[Path]:
     return draw_waste(by_mode, out_dir)
 
 
-def format_table(frac: Mapping[str, Mapping[str, float]]) -> str:
-    heads = ("allocator",) + PARTS
-    rows = [heads] + [
-        (name,) + tuple(f"{100 * frac[name][p]:.1f}%" for p in PARTS)
-        for name in ALLOCATORS
-        if name in frac
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
-    return "\n".join(
-        "  ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
+def text_table(table: Sequence[Sequence[str]], left: int = 0) -> str:
+    """Rows of cells as aligned columns: the first `left` left-aligned, the rest right."""
+    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+    aligned = (
+        [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        for row in table
     )
+    return "\n".join("  ".join(row) for row in aligned)
+
+
+def format_table(frac: Mapping[str, Mapping[str, float]]) -> str:
+    rows = [(n, *(f"{100 * frac[n][p]:.1f}%" for p in PARTS)) for n in ALLOCATORS if n in frac]
+    return text_table([("allocator", *PARTS), *rows], left=1)
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:

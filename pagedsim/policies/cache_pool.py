@@ -1,31 +1,27 @@
 """The prefix cache's block pool: cached free blocks, a hash index, eviction by name (v1).
 
 The reference is vLLM v1's block_pool.py: a freed block keeps its contents and hash until
-it is handed out again. On `LinkedBlockPool`'s intrusive free list (linked_pool.py), which
-can give a cached block back from the middle when a request hits it:
+it is handed out again. On `LinkedBlockPool`'s free list:
 
     head -> [uncached free blocks ...] [cached free blocks ...] <- tail
 
 Freed blocks without a hash go to the head, with a hash to the tail (vLLM 0.34's
-`free_blocks`: `prepend_n`, then `append_n`); `evict_blocks` drops a free block's hash and
-leaves it in place, as v1 does. `allocate()` takes the head while it is uncached, else
-*evicts* the cached free block with the smallest key of `EVICTION_KEYS[eviction]`
-(under lru the head itself, as v1's `get_new_blocks` pops it; the smallest key goes first):
+`free_blocks`: `prepend_n`, then `append_n`). `allocate()` takes the head while it is
+uncached, else evicts the cached free block with the smallest key of
+`EVICTION_KEYS[eviction]` (the smallest key goes first):
 
     lru   the one whose last owner let go longest ago (v1's only order: free-queue order)
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS` (`now` is a
-logical clock; `pool.hits_of(b)`, `pool.born_of(b)` are there to read); the manager, the
-lab and tests/core/test_registries.py take their names from it.
+How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS`; the
+manager, the lab and tests/core/test_registries.py take their names from it.
 
-The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`; several
-blocks may share a hash). A hit is never trusted on the hash alone: the tokens are
-compared, and so is the parent's *content id* (one per distinct (parent content id,
-tokens), kept while a cached block, a cached child or a live sequence (`pin`) holds it),
-so a colliding hash function cannot splice two prefixes, while a child still matches
-after its parent was evicted, as v1's hash chain does.
+The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`). A hit is
+never trusted on the hash alone: the tokens are compared, and so is the parent's *content
+id* (one per distinct (parent content id, tokens), kept while a cached block, a cached
+child or a live sequence (`pin`) holds it), so a colliding hash function cannot splice two
+prefixes, while a child still matches after its parent was evicted, as v1's chain does.
 """
 
 from __future__ import annotations
@@ -116,8 +112,7 @@ class CachingBlockPool(LinkedBlockPool):
         # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
         self.kv_event_queue: list[Any] | None = [] if enable_kv_cache_events else None
         self._protected: frozenset[int] = frozenset()  # cached free blocks eviction must skip
-        # cached block -> the KV cache group that cached it (0 unless groups share the pool,
-        # hybrid.py); its BlockRemoved says so, as v1's group_idx does
+        # cached block -> the KV cache group that cached it (for BlockRemoved's group_idx)
         self._group: dict[int, int] = {}
 
     # ---- queries -------------------------------------------------------------------
@@ -158,13 +153,11 @@ class CachingBlockPool(LinkedBlockPool):
         return blocks[0] if blocks else None
 
     def root_of(self, extra_keys: tuple[Any, ...]) -> int | None:
-        """The content id a prompt with these extra keys starts from (ROOT when there are none),
-        or None when no cached block starts such a prompt (so nothing can hit)."""
+        """The content id a prompt with these extra keys starts from (None: nothing can hit)."""
         return ROOT if not extra_keys else self._content.get((ROOT, ("extra keys", extra_keys)))
 
     def intern_root(self, extra_keys: tuple[Any, ...]) -> int:
-        """`root_of`, made on first use: a content node with no block of its own. Blocks of
-        one tenant (cache_salt) or adapter (LoRA) chain from it, never from another's."""
+        """`root_of`, made on first use: a content node with no block of its own."""
         cid = self.root_of(extra_keys)
         if cid is None:
             cid = self._content[(ROOT, ("extra keys", extra_keys))] = self._next_cid
@@ -180,8 +173,7 @@ class CachingBlockPool(LinkedBlockPool):
         return out
 
     def reset(self) -> bool:
-        """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
-        changed, while any block is in use."""
+        """Forget every cached block (v1: reset_prefix_cache); False while any is in use."""
         if self.num_free_blocks != self.num_gpu_blocks:
             return False
         for b in list(self._key):
@@ -192,9 +184,8 @@ class CachingBlockPool(LinkedBlockPool):
         return True
 
     def evict_blocks(self, block_ids: Any) -> None:
-        """Forget the cached contents of these blocks (v1's evict_blocks, for a failed KV load),
-        all or nothing; uncached ids are skipped. A free one keeps its place on the free list,
-        as vLLM 0.34 leaves it (tests/vllm_oracle/test_block_pool_oracle.py)."""
+        """Forget the cached contents of these blocks (v1's evict_blocks), all or nothing; a free
+        one keeps its place on the free list, as vLLM 0.34 leaves it."""
         if isinstance(block_ids, (str, bytes)) or not hasattr(block_ids, "__iter__"):
             raise TypeError(
                 f"block_ids must be an iterable of block ids, got {type(block_ids).__name__}"
@@ -217,8 +208,7 @@ class CachingBlockPool(LinkedBlockPool):
     def cache(
         self, b: int, h: int, tokens: Tokens, parent: int, group_idx: int | None = None
     ) -> None:
-        """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks);
-        `group_idx` names the KV cache group it belongs to (None: not said)."""
+        """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks)."""
         assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
         cid = self._content.get((parent, tokens))
         if cid is None:
@@ -325,8 +315,7 @@ class CachingBlockPool(LinkedBlockPool):
         super()._push(b, to_head=not cached)
 
     def _compact(self) -> None:
-        """Drop the stale heap entries (an older stamp never matches again): at most one
-        entry per block is left, so the heap stays within 2 x num_gpu_blocks."""
+        """Drop the stale heap entries (an older stamp never matches again)."""
         self._heap = [e for e in self._heap if e[1] == self._stamp[e[2]]]
         heapq.heapify(self._heap)
 
@@ -345,8 +334,7 @@ class CachingBlockPool(LinkedBlockPool):
 
     @contextmanager
     def protecting(self, blocks: Iterable[int]) -> Iterator[None]:
-        """A context in which these cached free blocks are never evicted (a hybrid manager's
-        later group keeps its hits while an earlier group allocates; vLLM issue #33775)."""
+        """A context in which these cached free blocks are never evicted (vLLM issue #33775)."""
         self._protected = frozenset(blocks)
         try:
             yield

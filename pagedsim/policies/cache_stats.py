@@ -12,12 +12,9 @@ def chained_hash(parent_hash: int, tokens: tuple[int, ...]) -> int:
 
 @dataclass
 class CacheStats:
-    """Counted once per admission (v1 counts in get_computed_blocks: a retried lookup twice).
-
-    A preempted request admitted again is counted apart, in the preempted_* fields, and
-    stays out of `hit_rate`, as v1's PrefixCacheStats.record(..., preempted=True) does: its
-    own blocks, cached before it was preempted, would otherwise count as hits. The block
-    counts (hits, misses, block_floor) count every admission."""
+    """Counted once per admission. A preempted request admitted again is counted apart, in
+    the preempted_* fields, and stays out of `hit_rate`, as v1's PrefixCacheStats.record(...,
+    preempted=True) does. The block counts (hits, misses, block_floor) count every one."""
 
     requests: int = 0  # new admissions that looked the cache up (v1: PrefixCacheStats.requests)
     prompt_tokens: int = 0  # tokens they looked up (v1: PrefixCacheStats.queries)
@@ -45,8 +42,3 @@ class CacheStats:
     def hit_rate(self) -> float:
         """Fraction of prompt tokens served from the cache (v1's prefix-cache hit rate)."""
         return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def block_hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0

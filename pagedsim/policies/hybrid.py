@@ -6,16 +6,13 @@ kept in step by `HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py):
 
     lookup     the hit is *aligned*: the full group finds k blocks from the start, the
                window group searches within those k, and the full hit is cut to the
-               window's length: both groups reuse the same number of tokens.
-    allocate   all or nothing: both groups' need (new blocks plus cached free hits) is
-               counted first; a short pool returns None. The window group's hits are
-               protected while the full group allocates (vLLM #33775).
+               window's length.
+    allocate   all or nothing over both groups; a short pool returns None. The window
+               group's hits are protected while the full group allocates (vLLM #33775).
     drop       the window group frees what its next query never reads; the full keeps all.
 
-Each group is a manager of its own (`PrefixCachingManager` group 0,
-`SlidingWindowPrefixCachingManager` group 1) over one `CachingBlockPool`, each chaining
-from its own root (v1's `BlockHashWithGroupId`). `snapshot()` shows a request's two tables
-as "A:full" and "A:window" (draw/hybrid.py).
+Each group is a manager of its own over one `CachingBlockPool`, chaining from its own root.
+`snapshot()` shows a request's two tables as "A:full" and "A:window" (draw/hybrid.py).
 """
 
 from __future__ import annotations
@@ -77,10 +74,8 @@ class HybridManager:
             group_idx=1,
             trace=False,
         )
-        # one request is one prefix-cache lookup (v1's KVCacheManager records one
-        # PrefixCacheStats entry per request, whatever its groups): the full group records it
-        # in the pool's stats, whose hits are the groups' common hit; the window group's own
-        # lookups go to a stats object of their own
+        # one request is one lookup (v1 records one PrefixCacheStats entry per request): the
+        # full group records it in the pool's stats; the window group's go elsewhere
         self.window.stats = CacheStats()
         self.groups = (self.full, self.window)
         self.step = 0
@@ -167,9 +162,7 @@ class HybridManager:
         lora_id: Any = None,
         preempted: bool = False,
     ) -> Got | None:
-        """Slots in both groups, all or nothing; (full blocks, window blocks) or None.
-        `preempted`: a new sequence is a preempted request back (the full group's lookup
-        stats count it apart, as PrefixCachingManager.allocate_slots does)."""
+        """Slots in both groups, all or nothing; (full blocks, window blocks) or None."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         queue = self.pool.kv_event_queue
@@ -271,8 +264,7 @@ class HybridManager:
 
     # ---- the playground's calls --------------------------------------------------------
     def add_sequence(self, seq_id: SeqId, num_tokens: int, tokens: Any = None) -> Got:
-        """Admit a prompt (ids default to 0, 1, ...) with its cache hit, in one call. A short
-        pool is a recorded step and OutOfBlocks, with nothing else changed."""
+        """Admit a prompt (ids default to 0, 1, ...) with its cache hit; OutOfBlocks if short."""
         self.full._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
         ids = list(range(num_tokens)) if tokens is None else token_ids_arg("tokens", tokens)
@@ -372,8 +364,7 @@ class HybridManager:
         )
 
     def check_invariants(self) -> None:
-        """The pool's own, each group's tables, and the sum of references over both groups;
-        both groups hold the same sequences, at the same length."""
+        """The pool's, each group's, and both groups' references summed; same sequences."""
         self.pool.check_invariants()
         references = sum(g.table_references() for g in self.groups)
         for g in self.groups:

@@ -1,24 +1,17 @@
 """Preemption under memory pressure: one class per policy, one registry (vLLM paper Sec. 4.5).
 
-Swap and group preemption follow vLLM v0 (v1 only recomputes). When the running sequences
-need more blocks than are free, the scheduler picks a victim *group* (a request's
-sequences, which share blocks) and hands it to a policy:
+Swap and group preemption follow vLLM v0 (v1 only recomputes). The scheduler picks a
+victim *group* (a request's sequences, which share blocks) and hands it to a policy:
 
     recompute  free every block of the group and requeue it; its prompt and generated
                tokens are prefilled again. Counted: `recomputed_tokens`.
     swap       copy the group's distinct blocks into a fixed host (CPU) pool, free the GPU
                blocks, later bring them back into fresh ones, keeping the sharing.
-               Counted: `bytes_swapped`. A full host pool falls back to recompute (ours:
-               v0 raises "Aborted due to the lack of CPU swap space").
+               Counted: `bytes_swapped`. A full host pool falls back to recompute.
 
 The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for `cuda_kernels.swap_out` /
-`swap_in`, as copy-on-write pairs wait for `copy_blocks`. SchedulerV0's `SeqGroupPolicy`
-is a `SwapPolicy` that makes v0's choice per group (scheduler_v0.py).
-
-How to add a policy: one class with `name`, `keeps_kv` (is a preempted group swapped back
-in?), `preempt(manager, group)` returning the policy applied, `swap_in(manager, group)`
-and a classmethod `make(**options)`, then one entry in `PREEMPTION`. The scheduler, the
-engine and both `--preemption-mode` options take their choices from `PREEMPTION_POLICIES`.
+`swap_in`. A new policy is one class (`name`, `keeps_kv`, `preempt`, `swap_in`, `make`) and
+one entry in `PREEMPTION`; every `--preemption-mode` takes its choices from the registry.
 """
 
 from __future__ import annotations
@@ -68,9 +61,8 @@ class HostPool:
     def swap_out(
         self, manager: KVCacheManager, seq_ids: list[Any]
     ) -> tuple[list[tuple[int, int]], Saved] | None:
-        """Free the sequences' blocks into host blocks: ((gpu, host) pairs, {seq: (labels,
-        num_tokens)}), or None -- nothing changed -- when the host pool is too small.
-        Blocks the sequences share are copied once and stay shared."""
+        """Free the sequences' blocks into host blocks (shared ones copied once): ((gpu, host)
+        pairs, {seq: (labels, num_tokens)}), or None, nothing changed, if the host is short."""
         tables = {s: manager.block_table(s) for s in seq_ids}
         distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
         if len(distinct) > len(self._free):
@@ -90,7 +82,7 @@ class HostPool:
 
     def swap_in(self, manager: KVCacheManager, saved: Saved) -> list[tuple[int, int]] | None:
         """Bring saved sequences back into fresh GPU blocks, keeping their sharing: the
-        (host, gpu) pairs, or None -- nothing changed -- when the GPU blocks are too few."""
+        (host, gpu) pairs, or None, nothing changed, when the GPU blocks are too few."""
         if self.blocks_to_swap_in(saved) > manager.num_free_blocks:
             return None
         prefix = {s: self._prefix[s] for s in saved if s in self._prefix}
@@ -111,9 +103,7 @@ class RecomputePolicy:
 
     def __init__(self) -> None:
         self.preemptions = 0  # groups preempted
-        # tokens whose KV was discarded (an upper bound; the scheduler's recomputed_tokens
-        # subtracts prefix-cache hits on re-admission)
-        self.recomputed_tokens = 0
+        self.recomputed_tokens = 0  # tokens whose KV was discarded (cache hits not subtracted)
 
     def preempt(self, manager: KVCacheManager, group: Group) -> str:
         """Free the group's blocks. Returns "recompute": the scheduler requeues it."""
@@ -144,7 +134,6 @@ class SwapPolicy(RecomputePolicy):
         self.block_bytes = count_arg("block_bytes", block_bytes, 1)  # bytes of one block
         self.bytes_swapped = 0  # bytes moved over PCIe, both directions
         self.swap_outs = 0
-        self.swap_ins = 0
         self._pairs_out: list[tuple[int, int]] = []  # (gpu, host) awaiting swap_out
         self._pairs_in: list[tuple[int, int]] = []  # (host, gpu) awaiting swap_in
 
@@ -168,9 +157,6 @@ class SwapPolicy(RecomputePolicy):
         self.bytes_swapped += len(pairs) * self.block_bytes
         return "swap"
 
-    def blocks_to_swap_in(self, group: Group) -> int:
-        return self.host.blocks_to_swap_in(group.swapped)
-
     def swap_in(self, manager: KVCacheManager, group: Group) -> bool:
         """Bring a swapped group back if its blocks fit; False (and no change) if not."""
         pairs = self.host.swap_in(manager, group.swapped)
@@ -178,7 +164,6 @@ class SwapPolicy(RecomputePolicy):
             return False
         self._pairs_in += pairs
         group.swapped = {}
-        self.swap_ins += 1
         self.bytes_swapped += len(pairs) * self.block_bytes
         return True
 

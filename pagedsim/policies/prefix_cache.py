@@ -1,34 +1,21 @@
-"""Automatic prefix caching with vLLM v1's rules (v1).
+"""Automatic prefix caching with vLLM v1's rules (v1 kv_cache_manager.py,
+single_type_kv_cache_manager.py).
 
-References: v1 kv_cache_manager.py and single_type_kv_cache_manager.py.
+Every full block whose token ids are known is named by a chained hash of (parent's hash,
+its tokens) as it fills, and stays findable until handed out again (`cache_pool.py`). A
+lookup's hit is the longest run of cached full blocks from the start, capped at n - 1
+tokens (v1's `max_cache_hit_length`: the last token is computed for its logits).
 
-Every *full* block whose tokens are known, prompt or generated (ids given to
-`append_tokens`, `decode_step` or `allocate_slots`), is named by a chained hash of
-(parent's hash, its tokens) as soon as it fills, and stays findable until the block is
-handed out again (`cache_pool.py`). A lookup of n tokens (v1's `get_computed_blocks`):
+    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then `allocate_slots(...,
+               computed=...)`: new blocks, or None with nothing changed; never preempts.
+               A stale or forged `ComputedBlocks` is a ValueError.
+    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call.
 
-    hit = the longest run of cached full blocks from the start, capped at n - 1 tokens
-
-(v1's `max_cache_hit_length`: the last token is computed for its logits). Two ways in:
-
-    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then `allocate_slots(seq,
-               num_new_tokens, num_lookahead_tokens, new_token_ids, computed=...)`: new
-               blocks, or None with nothing changed; it never preempts (the scheduler
-               does). A stale or forged `ComputedBlocks` is a ValueError.
-    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call; when a
-               reclaimer runs, the request is planned again (it may free the hits).
-
-Extra keys (v1's `generate_block_hash_extra_keys`): a `cache_salt` or a `lora_id` starts a
-prompt's chain from its own root, so two tenants or adapters never share a block. Also
-v1's: `reset_prefix_cache()`, KV cache events (`enable_kv_cache_events=True`,
-`take_events()`, kv_events.py).
-
-A swap (v0) restores a sequence into fresh, unhashed blocks. As vLLM v0's swap_in
-re-hashes every swapped-in full block, `prefix_state(seq)` is taken before the free and
-`restore_sequences(..., prefix_state)` chains the restored blocks again (v0 would reuse a
-cached block of the same content; this pool keeps both under the hash, as v1's index
-allows). Invariant (tests/cache/test_prefix_cache.py's machine): after a swap-in, every
-full block of the sequence is cached under the chained hash of its token prefix.
+A `cache_salt` or `lora_id` (v1's extra keys) starts a prompt's chain from its own root.
+A swap (v0) restores a sequence into fresh blocks; `prefix_state(seq)`, taken before the
+free, lets `restore_sequences` chain them again, as v0's swap_in re-hashes. Invariant
+(tests/cache/test_prefix_cache.py's machine): after a swap-in, every full block of the
+sequence is cached under the chained hash of its token prefix.
 """
 
 from __future__ import annotations
@@ -83,8 +70,7 @@ class PrefixCachingManager(KVCacheManager):
                 f"{type(hash_fn).__name__}"
             )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
-        # a group's blocks chain from their own root, as v1's BlockHashWithGroupId keeps
-        # the groups' hashes apart in one index
+        # a group's blocks chain from their own root (v1: BlockHashWithGroupId)
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
         if pool is None:
             self.stats = CacheStats()
@@ -101,17 +87,14 @@ class PrefixCachingManager(KVCacheManager):
         # seq -> token ids known so far (None: stopped knowing)
         self._known: dict[SeqId, list[int] | None] = {}
         self._chain: dict[SeqId, Chain] = {}  # seq -> (blocks hashed, last hash, last parent key)
-        # seq -> lookahead slots allocated past the computed tokens
-        self._ahead: dict[SeqId, int] = {}
-        # seq -> its extra keys (cache_salt, lora_id), normalised
-        self._extra: dict[SeqId, Keys] = {}
+        self._ahead: dict[SeqId, int] = {}  # seq -> lookahead slots past the computed tokens
+        self._extra: dict[SeqId, Keys] = {}  # seq -> its extra keys, normalised
         # (parent hash, block tokens) -> hash, called ahead of a change
         self._hashes: dict[tuple[int, Tokens], int] = {}
         super().__init__(num_gpu_blocks, block_size, pool=pool, **kwargs)
 
     def extra_keys(self, cache_salt: Any = None, lora_id: Any = None) -> Keys:
-        """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
-        cache group (when not the first), its cache_salt, its LoRA adapter."""
+        """The keys a prompt's hashes depend on: KV cache group (not 0), cache_salt, LoRA."""
         keys: tuple[tuple[str, Any], ...] = self._group_keys
         if cache_salt is not None:
             if not isinstance(cache_salt, str):
@@ -122,9 +105,8 @@ class PrefixCachingManager(KVCacheManager):
         return keys
 
     def _root_hash(self, keys: Keys) -> int:
-        """The hash a prompt's first block chains from: 0, or its extra keys'. Not its KV cache
-        group's: as in v1, the groups' blocks of one prefix share a hash, and only the index
-        keeps them apart (BlockHashWithGroupId; here a content root per group)."""
+        """The hash a prompt's first block chains from: 0, or its extra keys' (not its KV
+        cache group's: as in v1, only the index keeps the groups apart)."""
         keys = keys[len(self._group_keys) :]
         return 0 if not keys else hash(("extra keys", keys))
 
@@ -164,10 +146,9 @@ class PrefixCachingManager(KVCacheManager):
         preempted: bool = False,
     ) -> list[int] | None:
         """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does: the new
-        blocks, or None, with nothing changed, when the free blocks (cached free hits
-        included) are too few. A new sequence needs `new_token_ids` (its prompt, plus its
-        output after a preemption; `preempted` counts its lookup apart) and may bring
-        `computed` for them; a running one, the ids sampled since its last call."""
+        blocks, or None, with nothing changed, when the free blocks are too few. A new
+        sequence needs `new_token_ids` (its prompt, and output after a preemption) and may
+        bring `computed`; a running one, the ids sampled since its last call."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         bool_arg("preempted", preempted)
@@ -231,8 +212,7 @@ class PrefixCachingManager(KVCacheManager):
     def blocks_to_extend(
         self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0
     ) -> int:
-        """Free blocks allocate_slots would take for a running sequence (v1:
-        get_num_blocks_to_allocate); changes nothing."""
+        """Free blocks allocate_slots would take (v1: get_num_blocks_to_allocate)."""
         table = self._table(seq_id)
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
@@ -416,9 +396,8 @@ class PrefixCachingManager(KVCacheManager):
             self._publish_stored(seq_id, stored)
 
     def _hash_ahead(self, chains: Iterable[tuple[int, Sequence[int], int]]) -> None:
-        """Call hash_fn for the blocks a change will fill *before* anything changes (a hash_fn
-        that raises leaves the manager as it was); `_cache_full_blocks` takes the results.
-        `chains`: (parent hash, token ids from a block boundary, blocks to hash)."""
+        """Call hash_fn *before* anything changes (one that raises leaves the manager as it
+        was); `chains`: (parent hash, token ids from a block boundary, blocks to hash)."""
         bs, hashes = self.block_size, {}
         for h, run, to_hash in chains:
             for i in range(to_hash):
@@ -429,8 +408,7 @@ class PrefixCachingManager(KVCacheManager):
     def _chain_ahead(
         self, seq_id: SeqId, new: Tokens, computed: int
     ) -> tuple[int, Sequence[int], int]:
-        """(parent hash, tokens, blocks) that `_cache_full_blocks` hashes once `new` ids are
-        known and `computed` tokens are computed (nothing when hashing stopped)."""
+        """(parent hash, tokens, blocks) to hash once `new` ids and `computed` are known."""
         known, chain = self._known.get(seq_id), self._chain.get(seq_id)
         if known is None or chain is None:
             return 0, (), 0
@@ -476,7 +454,7 @@ class PrefixCachingManager(KVCacheManager):
         self, seq_id: SeqId, stored: list[tuple[int, int, int | None, Tokens]]
     ) -> None:
         """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks);
-        `stored`: (logical, hash, parent hash or None at the prompt start, tokens)."""
+        `stored`: (logical, hash, parent hash or None, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
         window = getattr(self, "sliding_window", None)  # a sliding-window group names its window
         spec: dict[str, Any] = dict(
@@ -506,8 +484,7 @@ class PrefixCachingManager(KVCacheManager):
 
     # ---- v1 extras: reset, events ---------------------------------------------------
     def reset_prefix_cache(self) -> bool:
-        """Forget every cached block (v1's name); False, with nothing changed, while any
-        block is in use. One step when it succeeds."""
+        """Forget every cached block (v1); False, with nothing changed, while any is in use."""
         forgotten = len(self.pool.cached_free_blocks())
         if not self.pool.reset():
             return False
@@ -516,7 +493,7 @@ class PrefixCachingManager(KVCacheManager):
         return True
 
     def take_events(self) -> list[Any]:
-        """The KV cache events since the last call, oldest first (empty when events are off)."""
+        """The KV cache events since the last call, oldest first."""
         return self.pool.take_events()
 
     def _set_chain(self, seq_id: SeqId, chain: Chain) -> None:
@@ -595,8 +572,7 @@ class PrefixCachingManager(KVCacheManager):
             )
 
     def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
-        """Chain the restored blocks from the prompt's root again, as at admission (v0's
-        swap-in re-hashes every full block; see the module doc)."""
+        """Chain the restored blocks from the prompt's root again (v0's swap-in re-hashes)."""
         tokens, keys = state
         self._known[seq_id] = list(tokens)
         self._extra[seq_id] = keys

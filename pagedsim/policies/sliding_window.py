@@ -1,20 +1,16 @@
 """Sliding-window attention with attention sinks: old blocks go back to the pool (v1).
 
 References: Mistral; StreamingLLM (Xiao et al. 2023) for the sinks, which vLLM lacks.
-
 With a window of W tokens and S sinks, the query at q reads p < S and q - W < p <= q.
-Block i covers [i*B, (i+1)*B); once n tokens are computed the next query (at n) never
-reads block i again when
+Once n tokens are computed the next query never reads block i (tokens [i*B, (i+1)*B))
+again when
 
     (i + 1) * B <= n - W + 1   and   i * B >= S
 
 It is freed and its entry becomes NULL_BLOCK, keeping later logical numbers: vLLM v1's
-`SlidingWindowManager.remove_skipped_blocks` (skipping `get_num_skipped_tokens` =
-n - W + 1). With prefix caching, see sliding_window_cache.py. n counts *computed* tokens
-only (lookahead slots never push the window); a step's tokens count when it ends, so the
-table serves the next query, masked the same by `ScoreMask(sliding_window=W, sinks=S)`.
-Invariant: after every public step a sequence names exactly `kept(...)` blocks, at most
-ceil(S/B) + ceil(W/B) + 1 (+ lookahead).
+`SlidingWindowManager.remove_skipped_blocks`. n counts *computed* tokens only (lookahead
+never pushes the window). Invariant: after every public step a sequence names exactly
+`kept(...)` blocks, at most ceil(S/B) + ceil(W/B) + 1 (+ lookahead).
 """
 
 from __future__ import annotations
@@ -57,8 +53,7 @@ class SlidingWindowManager(KVCacheManager):
         return max(0, n - self.sliding_window + 1)
 
     def kept(self, num_tokens: int, num_computed_tokens: int | None = None) -> int:
-        """How many logical blocks stay named for a table of `num_tokens` slots of which
-        `num_computed_tokens` (default: all) are computed."""
+        """Logical blocks that stay named for `num_tokens` slots, `num_computed_tokens` computed."""
         num_tokens = count_arg("num_tokens", num_tokens)
         done = (
             num_tokens
@@ -70,10 +65,9 @@ class SlidingWindowManager(KVCacheManager):
         return blocks_needed(num_tokens, bs) - gone
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
-        """The most blocks a sequence holds at once while growing to total_len slots. With
-        `max_chunk` (v1's chunked prefill), v1's SlidingWindowSpec.max_memory_usage_bytes:
-        cdiv(min(W - 1 + max_chunk, total_len), B) + 1, plus the sink blocks. Without it (v0:
-        a whole prompt in one step), the prompt, then the window plus one new block."""
+        """The most blocks a sequence holds at once while growing to total_len slots: with
+        `max_chunk`, v1's SlidingWindowSpec.max_memory_usage_bytes plus the sinks; without
+        (v0), the prompt, then the window plus one new block."""
         prompt_len = count_arg("prompt_len", prompt_len)
         total_len = max(prompt_len, count_arg("total_len", total_len))
         if max_chunk is not None:
