@@ -41,16 +41,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the same parser, a dependency on Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
-
+from ..io import tables
 from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, kv_capacity
 
@@ -61,7 +56,7 @@ MAX_LEN = 2**24  # tokens per request
 MAX_BLOCK = 512
 MAX_CONFIG_INT = 2**32  # any one config.json count (layers, hidden size, vocabulary ...)
 
-PRESETS = tomllib.loads(Path(__file__).with_suffix(".toml").read_text(encoding="utf-8"))
+PRESETS = tables.beside(__file__)
 GPUS: dict[str, int] = {name: gib * GiB for name, gib in PRESETS["gpus"].items()}  # nominal
 MODELS: dict[str, Config] = PRESETS["models"]  # config.json values of the Hugging Face checkpoints
 MODEL_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}  # the model's dtype -> bytes

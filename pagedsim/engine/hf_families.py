@@ -10,15 +10,10 @@ Cohere). hf_config.py reads config.json through these tables.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # the same parser, a dependency on Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+from ..io import tables
 
 Defaults = dict[str, Any]  # config.json fields transformers fills in when the file leaves them out
 
@@ -35,7 +30,7 @@ class Classic:
     sizes: tuple[tuple[str, tuple[str, int | None]], ...] = ()
 
 
-_TABLES = tomllib.loads(Path(__file__).with_suffix(".toml").read_text(encoding="utf-8"))
+_TABLES = tables.beside(__file__)
 FAMILIES: dict[str, str] = _TABLES["families"]
 REFUSED: dict[str, str] = _TABLES["refused"]
 MOE_BASE: dict[str, str] = _TABLES["moe_base"]
