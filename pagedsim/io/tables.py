@@ -1,5 +1,6 @@
-"""Tables kept as data: the TOML file beside a module (hf_families.toml, layouts.toml,
-capacity.toml), read with the standard library's tomllib (tomli on Python 3.10)."""
+"""Tables kept as data: the TOML file beside a module (family defaults, tensor names,
+presets, the tour's script, Chinese phrasebooks), read with the standard library's
+tomllib (tomli on Python 3.10)."""
 
 from __future__ import annotations
 
