@@ -45,6 +45,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from ..io import tables
 from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, kv_capacity
 
@@ -55,87 +56,9 @@ MAX_LEN = 2**24  # tokens per request
 MAX_BLOCK = 512
 MAX_CONFIG_INT = 2**32  # any one config.json count (layers, hidden size, vocabulary ...)
 
-GPUS = {  # nominal memory, GiB
-    "A100-40GB": 40 * GiB,
-    "A100-80GB": 80 * GiB,
-    "H100-80GB": 80 * GiB,
-    "H100-94GB": 94 * GiB,
-    "H200-141GB": 141 * GiB,
-    "B200-180GB": 180 * GiB,
-    "L4": 24 * GiB,
-    "L40S": 48 * GiB,
-    "A10G": 24 * GiB,
-    "T4": 16 * GiB,
-    "RTX-4090": 24 * GiB,
-    "RTX-3090": 24 * GiB,
-}
-
-
-def _cfg(
-    layers: int,
-    hidden: int,
-    heads: int,
-    kv: int,
-    inter: int,
-    vocab: int,
-    max_pos: int,
-    **extra: Any,
-) -> dict[str, Any]:
-    return dict(
-        num_hidden_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        max_position_embeddings=max_pos,
-        **{"torch_dtype": "bfloat16", **extra},
-    )
-
-
-GEMMA_2 = dict(head_dim=256, sliding_window=4096, tie_word_embeddings=True)
-DEEPSEEK_V2_LITE = dict(
-    model_type="deepseek_v2",
-    kv_lora_rank=512,
-    q_lora_rank=None,
-    qk_nope_head_dim=128,
-    qk_rope_head_dim=64,
-    v_head_dim=128,
-    moe_intermediate_size=1408,
-    n_routed_experts=64,
-    n_shared_experts=2,
-    num_experts_per_tok=6,
-    first_k_dense_replace=1,
-)
-MODELS = {  # config.json values of the Hugging Face checkpoints
-    "llama-2-7b": _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16"),
-    "llama-2-13b": _cfg(40, 5120, 40, 40, 13824, 32000, 4096, torch_dtype="float16"),
-    "llama-3-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
-    "llama-3.1-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 131072),
-    "llama-3-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 8192),
-    "llama-3.1-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 131072),
-    "mistral-7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, sliding_window=4096),  # v0.1
-    "mixtral-8x7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8),
-    "qwen2-7b": _cfg(
-        28, 3584, 28, 4, 18944, 152064, 131072, sliding_window=131072, use_sliding_window=False
-    ),
-    "qwen2.5-72b": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
-    # Gemma 2's checkpoint says float32; vLLM serves Gemma 2 in bfloat16
-    "gemma-2-9b": _cfg(42, 3584, 16, 8, 14336, 256000, 8192, **GEMMA_2),
-    # multi-head latent attention: each token caches a 512 + 64 latent, not per-head K, V
-    "deepseek-v2-lite": _cfg(27, 2048, 16, 16, 10944, 102400, 163840, **DEEPSEEK_V2_LITE),
-    "opt-13b": dict(
-        num_hidden_layers=40,
-        hidden_size=5120,
-        num_attention_heads=40,
-        ffn_dim=20480,
-        vocab_size=50272,
-        max_position_embeddings=2048,
-        torch_dtype="float16",
-        model_type="opt",
-        tie_word_embeddings=True,
-    ),
-}
+PRESETS = tables.beside(__file__)
+GPUS: dict[str, int] = {name: gib * GiB for name, gib in PRESETS["gpus"].items()}  # nominal
+MODELS: dict[str, Config] = PRESETS["models"]  # config.json values of the Hugging Face checkpoints
 MODEL_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}  # the model's dtype -> bytes
 TORCH_DTYPES = {
     "float16": "float16",

@@ -30,7 +30,7 @@ from ..text.captions import caption
 from ..text.lang import LANGS, detect, t, wrap
 from ..trace import Snapshot
 from ..view import sources, write_html
-from . import tour, tour_zh
+from . import tour
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
 FORMATS = ("png", "svg", "pdf")
@@ -77,7 +77,7 @@ class Playground:
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else ""
         )
         self.say(
-            t("step {k}: {caption}", self.lang, tour_zh.VIEW_ZH, k=snap.step, caption=caption(snap))
+            t("step {k}: {caption}", self.lang, tour.VIEW_ZH, k=snap.step, caption=caption(snap))
         )
         self.say(f"  [{where}]")
         if self.pool:
@@ -320,7 +320,7 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
         echo(
-            t("step {k}: {caption}", lang, tour_zh.VIEW_ZH, k=s.step, caption=caption(s, lang)),
+            t("step {k}: {caption}", lang, tour.VIEW_ZH, k=s.step, caption=caption(s, lang)),
             width,
         )
         text = tour.format_snapshot(s, width=width, lang=lang)

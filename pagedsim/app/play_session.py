@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..captions_en import EN
 from ..errors import BlockError, OutOfBlocks, SequenceError
+from ..io import tables
 from ..manager import KVCacheManager, SeqId
 from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
@@ -140,25 +141,7 @@ class Options:
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
-NOTES_ZH = {
-    "the pool ran dry": "池已耗尽",
-    "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
-    "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
-    "preempted for it": (
-        "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列"
-    ),
-    "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)": (
-        "池已耗尽（用 --preemption-mode recompute 会抢占一个序列）"
-    ),
-    "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
-    "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
-    "swapped seq {seq} back in": "序列 {seq} 换回了显存",
-    "recomputed seq {seq}: its {n} tokens are prefilled again": (
-        "重算序列 {seq}：它的 {n} 个 token 重新 prefill"
-    ),
-    "`{command}` (preemption): {said}": "`{command}`（抢占）：{said}",
-}
-
+NOTES_ZH: dict[str, str] = tables.beside(__file__)["notes_zh"]
 
 PREEMPTING = (
     "swapped seq {seq} out to the host ({n} blocks)",

@@ -17,16 +17,14 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..errors import OutOfBlocks
-from ..io import trace_json
+from ..io import tables, trace_json
 from ..manager import KVCacheManager
 from ..text.captions import caption
 from ..text.lang import LANGS, detect, display_width, t, wrap
 from ..trace import Snapshot
-from . import tour_zh
 
 if TYPE_CHECKING:
     from ..io.args import ArgParser
@@ -34,81 +32,26 @@ if TYPE_CHECKING:
 
 NUM_GPU_BLOCKS, BLOCK_SIZE = 12, 4
 
-# (why, op): each step of the tour, what the chapter says about it and the call it makes
-SCRIPT: list[tuple[str, Callable[[KVCacheManager], object]]] = [
-    (
-        "3.4: allocate() pops the head of the free list, so A's 6 prompt tokens take the "
-        "first two blocks; the second is only half full.",
-        lambda m: m.add_sequence("A", 6),
-    ),
-    (
-        "3.3: B's blocks come next on the free list. Logical blocks 0, 1 of B are physical 2, 3.",
-        lambda m: m.add_sequence("B", 5),
-    ),
-    (
-        "A decodes two tokens. They fit in A's partly filled last block: no allocation.",
-        lambda m: m.append_tokens("A", 2),
-    ),
-    (
-        "A's last block is full, so its next token needs a new block from the free list.",
-        lambda m: m.append_tokens("A", 1),
-    ),
-    (
-        "3.4 pitfall: beam search forks B into B2. Nothing is copied; both tables name the same "
-        "blocks, and each block's ref count goes to 2.",
-        lambda m: m.fork("B", "B2"),
-    ),
-    (
-        "B writes into its shared, partly filled last block. Writing in place would corrupt B2, "
-        "so B gets a private copy: a new block plus a (src, dst) pair for the copy kernel.",
-        lambda m: m.append_tokens("B", 1),
-    ),
-    (
-        "B2 is now the only owner of block 3 (count 1), so it appends in place.",
-        lambda m: m.append_tokens("B2", 1),
-    ),
-    (
-        "A finishes. Its blocks are released last-first; each count drops to 0, so each "
-        "block rejoins the free list (LIFO: at the head).",
-        lambda m: m.free_sequence("A"),
-    ),
-    (
-        "C arrives with a 20-token prompt and reuses A's freed blocks first.",
-        lambda m: m.add_sequence("C", 20),
-    ),
-    (
-        "D takes every block that is left: the free list is now empty.",
-        lambda m: m.add_sequence("D", 13),
-    ),
-    (
-        "C needs a sixth block for its next token, but the free list is empty. The manager "
-        "raises OutOfBlocks and changes nothing.",
-        lambda m: m.append_tokens("C", 1),
-    ),
-]
-
-WHY_START = "3.1: every block is created up front and starts on the free list."
-OUT_OF_BLOCKS_NOTE = (
-    "The pool ran dry. The chapter's allocate() would call evict_blocks() here; a real "
-    "scheduler (vLLM) instead preempts a sequence -- frees its blocks and recomputes it "
-    "later, or swaps its blocks to CPU memory -- and retries. The failed call left every "
-    "table and count exactly as before. See `pagedsim policies`."
-)
+# the script, why the chapter makes each call (English and Chinese), the Chinese templates
+TEXT = tables.beside(__file__)
+SCRIPT: list[dict[str, Any]] = TEXT["step"]  # {call: [method, arguments...], en, zh} per step
+VIEW_ZH: dict[str, str] = TEXT["view_zh"]  # the snapshot view, printed by `play` too
+ZH = {**VIEW_ZH, **TEXT["tour_zh"]}  # everything the tour prints
 
 
 def _whys(lang: str) -> tuple[str, list[str], str]:
     """The tour's start line, the why of each step, and its out-of-blocks note, in `lang`."""
-    if lang == "zh":
-        return tour_zh.WHY_START, tour_zh.WHY, tour_zh.OUT_OF_BLOCKS_NOTE
-    return WHY_START, [why for why, _ in SCRIPT], OUT_OF_BLOCKS_NOTE
+    key = "zh" if lang == "zh" else "en"
+    return TEXT["start"][key], [step[key] for step in SCRIPT], TEXT["out_of_blocks_note"][key]
 
 
 def tour_manager(steps: int | None = None) -> KVCacheManager:
     """Run the tour's script (all of it, or the first `steps` steps) and return the manager."""
     m = KVCacheManager(NUM_GPU_BLOCKS, BLOCK_SIZE, free_order="lifo")
-    for _, op in SCRIPT[:steps]:
+    for step in SCRIPT[:steps]:
+        method, *args = step["call"]
         try:
-            op(m)
+            getattr(m, method)(*args)
         except OutOfBlocks:
             pass  # recorded in the trace as an AllocationFailed step
         m.drain_copies()  # the copy_blocks kernel consumes copy-on-write pairs after each step
@@ -127,7 +70,7 @@ def format_snapshot(
     per_row = per_row or max(1, (width - 4) // CELL)
 
     def say(template: str, **kw: object) -> str:
-        return t(template, lang, tour_zh.VIEW_ZH, **kw)
+        return t(template, lang, VIEW_ZH, **kw)
 
     owners: dict[int, list[str]] = {b: [] for b in range(s.num_gpu_blocks)}
     for seq in s.sequences:
@@ -257,7 +200,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
     """Print each step (caption, why, pool); `wait` pauses between steps. False: q."""
 
     def say(template: str, **kw: object) -> str:
-        return t(template, lang, tour_zh.ZH, **kw)
+        return t(template, lang, ZH, **kw)
 
     def show(text: str, indent: str = "      ") -> None:  # a step's caption hangs under it
         print("\n".join(o for line in text.split("\n") for o in wrap(line, width, indent)))

@@ -16,8 +16,9 @@ model.py names every tensor as Llama does (`model.layers.{i}.self_attn.q_proj.we
     Starcoder2   mlp.c_fc / c_proj ([out, in], not Conv1D)
     StableLM, Cohere   Llama's names (LayerNorms with or without biases)
 
-`tensor_map(family, config)` lists, per checkpoint tensor, its shape and the model
-tensors it becomes: (model name, transposed?, the rows taken -- None for all).
+The names are data, in layouts.toml. `tensor_map(family, config)` lists, per checkpoint
+tensor, its shape and the model tensors it becomes: (model name, transposed?, the rows
+taken -- None for all).
 """
 
 from __future__ import annotations
@@ -26,83 +27,18 @@ from typing import Any
 
 import numpy as np
 
+from ..io import tables
 from .model import ModelConfig, tensor_shapes
 
-# family -> (prefix of layer i's tensors, {model global name: checkpoint name})
-GLOBALS = {
-    "gpt2": (
-        "transformer.h.{}.",
-        {
-            "model.embed_tokens.weight": "transformer.wte.weight",
-            "model.embed_positions.weight": "transformer.wpe.weight",
-            "model.norm.weight": "transformer.ln_f.weight",
-            "model.norm.bias": "transformer.ln_f.bias",
-        },
-    ),
-    "gpt_neox": (
-        "gpt_neox.layers.{}.",
-        {
-            "model.embed_tokens.weight": "gpt_neox.embed_in.weight",
-            "model.norm.weight": "gpt_neox.final_layer_norm.weight",
-            "model.norm.bias": "gpt_neox.final_layer_norm.bias",
-            "lm_head.weight": "embed_out.weight",
-        },
-    ),
-    "phi": (
-        "model.layers.{}.",
-        {
-            "model.norm.weight": "model.final_layernorm.weight",
-            "model.norm.bias": "model.final_layernorm.bias",
-        },
-    ),
-    "falcon": (
-        "transformer.h.{}.",
-        {
-            "model.embed_tokens.weight": "transformer.word_embeddings.weight",
-            "model.norm.weight": "transformer.ln_f.weight",
-            "model.norm.bias": "transformer.ln_f.bias",
-        },
-    ),
-}
-# family -> {model per-layer name: checkpoint per-layer name}, for renamed tensors
-RENAMED = {
-    "gpt2": {
-        "input_layernorm": "ln_1",
-        "post_attention_layernorm": "ln_2",
-        "self_attn.o_proj": "attn.c_proj",
-        "mlp.up_proj": "mlp.c_fc",
-        "mlp.down_proj": "mlp.c_proj",
-    },
-    "gpt_neox": {
-        "self_attn.o_proj": "attention.dense",
-        "mlp.up_proj": "mlp.dense_h_to_4h",
-        "mlp.down_proj": "mlp.dense_4h_to_h",
-    },
-    "phi": {
-        "self_attn.o_proj": "self_attn.dense",
-        "mlp.up_proj": "mlp.fc1",
-        "mlp.down_proj": "mlp.fc2",
-    },
-    "falcon": {
-        "self_attn.o_proj": "self_attention.dense",
-        "mlp.up_proj": "mlp.dense_h_to_4h",
-        "mlp.down_proj": "mlp.dense_4h_to_h",
-    },
-    "starcoder2": {"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"},
-    "mixtral": {"mlp.gate": "block_sparse_moe.gate"},
-    "granitemoe": {"mlp.gate": "block_sparse_moe.router.layer"},
-}
+LAYOUTS: dict[str, dict[str, Any]] = tables.beside(__file__)
 MIXTRAL_EXPERT = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
-FUSED_QKV = {  # family -> the checkpoint's fused q/k/v projection, per layer
-    "gpt2": "attn.c_attn",
-    "gpt_neox": "attention.query_key_value",
-    "falcon": "self_attention.query_key_value",
-}
+FUSED_QKV = {f: t["fused_qkv"] for f, t in LAYOUTS.items() if "fused_qkv" in t}
 CONV1D = ("gpt2",)  # weights saved [in, out]
 
 
 def layer_prefix(family: str) -> str:
-    return GLOBALS.get(family, ("model.layers.{}.", {}))[0]
+    prefix: str = LAYOUTS.get(family, {}).get("prefix", "model.layers.{}.")
+    return prefix
 
 
 def _qkv_rows(family: str, c: ModelConfig) -> tuple[np.ndarray, ...]:
@@ -118,8 +54,8 @@ def _qkv_rows(family: str, c: ModelConfig) -> tuple[np.ndarray, ...]:
 def tensor_map(family: str, c: ModelConfig) -> dict[str, tuple[Any, list[Any]]]:
     """checkpoint name -> (shape, [(model name, transposed, rows or None)])."""
     shapes = tensor_shapes(c)
-    prefix, globals_ = GLOBALS.get(family, ("model.layers.{}.", {}))
-    renamed = RENAMED.get(family, {})
+    prefix = layer_prefix(family)
+    globals_, renamed = (LAYOUTS.get(family, {}).get(k, {}) for k in ("globals", "renamed"))
     conv = family in CONV1D
     out: dict[str, tuple[Any, list[Any]]] = {}
     for name, shape in shapes.items():

@@ -65,14 +65,8 @@ class Request:
         object.__setattr__(self, "top_p", _real("top_p", self.top_p, 1.0))
         if self.top_p == 0:
             raise ValueError("top_p must be in (0, 1], got 0")
-        penalty = self.length_penalty
-        if isinstance(penalty, bool) or not isinstance(
-            penalty, (int, float, np.integer, np.floating)
-        ):
-            raise TypeError(f"length_penalty must be a number, got {type(penalty).__name__}")
-        if not math.isfinite(penalty):
-            raise ValueError(f"length_penalty must be a finite number, got {penalty}")
-        object.__setattr__(self, "length_penalty", float(penalty))
+        penalty = _real("length_penalty", self.length_penalty, low=-math.inf)
+        object.__setattr__(self, "length_penalty", penalty)
         object.__setattr__(
             self, "repetition_penalty", _real("repetition_penalty", self.repetition_penalty)
         )
@@ -86,13 +80,14 @@ class Request:
         return self.beam_width or self.n
 
 
-def _real(name: str, value: object, high: float = math.inf) -> float:
-    """A finite real number in [0, high] (a bool, a string or NaN is refused)."""
+def _real(name: str, value: object, high: float = math.inf, low: float = 0.0) -> float:
+    """A finite real number in [low, high] (a bool, a string or NaN is refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     value = float(value)
-    if not (math.isfinite(value) and 0 <= value <= high):
-        raise ValueError(f"{name} must be a finite number in [0, {high:g}], got {value}")
+    if not (math.isfinite(value) and low <= value <= high):
+        bounds = "" if low == -math.inf else f" in [{low:g}, {high:g}]"
+        raise ValueError(f"{name} must be a finite number{bounds}, got {value}")
     return value
 
 
