@@ -6,8 +6,6 @@ the device before it is timed.
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
-import statistics
-
 import numpy as np
 
 import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
@@ -19,15 +17,7 @@ import gpu_common as common
 def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
     src = cuda.to_device(np.ones(nbytes // 4, np.float32))
     dst = cuda.device_array_like(src)
-    times = []
-    for _ in range(runs):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        dst.copy_to_device(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    ms = statistics.median(times) if timed else None
+    ms = common.time_ms(lambda: dst.copy_to_device(src), runs, timed)
     return {"bytes": 2 * nbytes, "median_ms": ms, "gb_per_s": 2 * nbytes / ms / 1e6 if ms else None}
 
 
