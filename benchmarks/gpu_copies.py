@@ -1,7 +1,6 @@
-"""The copy rows of the GPU benchmark (`gpu_attention.py` runs them): `copy_bandwidth`, the
-device-to-device copy (bytes read + written / median time) that the rows' pct_of_copy is
-measured against, and `copy_rows`: copy_blocks and write_kv, each checked bit for bit on
-the device before it is timed.
+"""The copy rows of the GPU benchmark: `copy_bandwidth`, the device-to-device copy that the
+rows' pct_of_copy is measured against, and `copy_rows`: copy_blocks and write_kv, each
+checked bit for bit on the device before it is timed.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)

@@ -4,11 +4,9 @@
     python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK
 
 layouts: the decode kernel over fused / split / nhd / vllm caches of the same numbers
-(checked equal first), K/V bytes read / kernel time; alignment: pools 0..128 bytes off a
-128-B boundary; allocators: cas, atomic_add, prefix_sum and racy at 1k..1M concurrent
-requests (racy: ids handed out twice); pre-allocation: N device_array calls vs one pool.
-Times are CUDA events around the launch (median); under the simulator it refuses (exit 2)
-unless --dry-run, whose timings are null.
+(checked equal first); alignment: pools 0..128 bytes off a 128-B boundary; allocators:
+cas, atomic_add, prefix_sum and racy at 1k..1M concurrent requests (racy: ids handed out
+twice); pre-allocation: N device_array calls vs one pool. Median of CUDA event times.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)

@@ -1,13 +1,10 @@
 """The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder` timed on one
 decode batch, as % of the read roofline (a read-only kernel over the same K/V bytes).
 
-LADDER_CASE's K/V are 268 MB, over 5x the L2, so every launch reads HBM; rungs 1-4 (slow
-by design) are timed on SMALL_CASE with their own roofline row. Each rung is first checked
-on the device against the float64 reference (an unchecked rung is never timed), then timed
-through `Rung.launch` on a case validated once (`ladder.launch.prepare`: host checks outside
-the timing). The time guard (`left`) is checked before every sample, so a slow rung loses
-samples, never the rungs after it. Each row carries the share cuda_kernels/README.md
-predicts (`Rung.predicted_pct`) and whether it held (`prediction`).
+LADDER_CASE's K/V are 268 MB, over 5x the L2; rungs 1-4 (slow by design) are timed on
+SMALL_CASE. Each rung is checked against the float64 reference before it is timed through
+`Rung.launch` (host checks done once, outside the timing), and the time guard is checked
+before every sample. Each row carries the share cuda_kernels/README.md predicts.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
