@@ -102,31 +102,23 @@ def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -
     """Every row of one decode case (batch, context, heads, kv_heads, dtype): the read
     roofline, each path x mode x layout, what paged_attention's auto runs, and torch SDPA."""
     batch, context, heads, kv_heads, dtype = case
-    bs, per_seq, item = 16, -(-context // 16), np.dtype(dtype).itemsize
-    num_blocks = batch * per_seq
-    kv_bytes = batch * context * kv_heads * dim * item * 2
-    copies = common.rotation(kv_bytes) if timed else 1
+    paged, table, lens, kv_bytes = common.paged_kv(rng, batch, context, kv_heads, dim, dtype, timed)
+    copies = len(paged)
     query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
-    lens = cuda.to_device(np.full(batch, context, np.int32))
-    paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     flat = [
         common.filled(rng, (batch, 2, kv_heads, context, dim), dtype)
         for _ in range(copies if "contiguous" in layouts else 0)
     ]
     flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
-    blocks = 8 * attention.sm_count() if timed else 2
-    reads = [
-        common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16) for c in paged
-    ]
-    roof_ms = common.time_ms(reads, runs, timed)
+    roof_ms = common.roofline_ms(paged, runs, timed)
     base = dict(zip(("batch", "context", "heads", "kv_heads"), case[:4], strict=True))
     base.update(group=heads // kv_heads, head_dim=dim, dtype=dtype, kv_bytes=kv_bytes)
-    base.update(bytes_moved=kv_bytes + batch * heads * dim * (item + 4), working_set_copies=copies)
+    moved = kv_bytes + batch * heads * dim * (np.dtype(dtype).itemsize + 4)  # + q and out
+    base.update(bytes_moved=moved, working_set_copies=copies)
     row = partial(_row, base, roof_ms, copy_gbs)
     rows = [row("read-only", "roofline", roof_ms)]
     cases = {  # layout -> (loaders, caches, block table, block size)
-        "paged": (ck.BLOCK_MAJOR, paged, table, bs),
+        "paged": (ck.BLOCK_MAJOR, paged, table, 16),
         "contiguous": (contiguous.CONTIGUOUS, flat, flat_table, context),
     }
     layouts_ = [

@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 import traceback
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -197,11 +198,14 @@ def read_all(src, chunks, sink):
     sink[cuda.grid(1)] = acc
 
 
-def read_roofline_launch(flat, blocks: int, threads: int):
-    """A launch closure reading all of `flat` (a contiguous device array) once."""
-    chunks = flat.size * flat.dtype.itemsize // 16
+def roofline_ms(caches: list, runs: int, timed: bool):
+    """`time_ms` of the read-only kernel over all of each cache (rotated copies) once."""
+    blocks, threads = (8 * attention.sm_count(), 256) if timed else (2, 16)
     sink = cuda.device_array(blocks * threads, np.uint32)
-    return lambda: read_all[blocks, threads](flat, chunks, sink)
+    launches = [
+        partial(read_all[blocks, threads], c.reshape(c.size), c.nbytes // 16, sink) for c in caches
+    ]
+    return time_ms(launches, runs, timed)
 
 
 def roofline_reads_every_byte_once(rng, nbytes: int, blocks: int, threads: int) -> bool:
@@ -211,6 +215,29 @@ def roofline_reads_every_byte_once(rng, nbytes: int, blocks: int, threads: int) 
     sink = cuda.device_array(blocks * threads, np.uint32)
     read_all[blocks, threads](cuda.to_device(host), nbytes // 16, sink)
     return bool(np.bitwise_xor.reduce(sink.copy_to_host()) == np.bitwise_xor.reduce(host))
+
+
+class PagedKV(NamedTuple):
+    """`batch` sequences of `context` tokens on the device: K/V caches [N, 2, H_kv, B, D]
+    (enough rotated copies to pass 4x the L2 when timed), a block table scattering each
+    sequence over the pool, the lengths, and the K/V bytes one pass reads."""
+
+    caches: list
+    table: object
+    lens: object
+    kv_bytes: int
+
+
+def paged_kv(rng, batch: int, context: int, kv_heads: int, dim: int, dtype, timed: bool, bs=16):
+    per_seq = -(-context // bs)
+    num_blocks = batch * per_seq
+    kv_bytes = 2 * batch * context * kv_heads * dim * np.dtype(dtype).itemsize
+    caches = [
+        filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype)
+        for _ in range(rotation(kv_bytes) if timed else 1)
+    ]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    return PagedKV(caches, table, cuda.to_device(np.full(batch, context, np.int32)), kv_bytes)
 
 
 def rotation(nbytes: int) -> int:

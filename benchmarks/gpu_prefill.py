@@ -72,20 +72,12 @@ class Problem(NamedTuple):
 
 def problem(rng, case, dim: int, timed: bool) -> Problem:
     batch, new, prefix, heads, kv_heads, dtype = case
-    per_seq = -(-(prefix + new) // BLOCK_SIZE)  # whole blocks per sequence
-    num_blocks = batch * per_seq
-    kv_bytes = 2 * batch * (prefix + new) * kv_heads * dim * np.dtype(dtype).itemsize
-    caches = [
-        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
-        for _ in range(common.rotation(kv_bytes) if timed else 1)
-    ]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    kv = common.paged_kv(rng, batch, prefix + new, kv_heads, dim, dtype, timed, BLOCK_SIZE)
     query = common.filled(rng, (batch * new, heads, dim), dtype)
-    lens = cuda.to_device(np.full(batch, prefix + new, np.int32))
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
-    on_device = prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64))
+    on_device = prefill.PrefillBatch(kv.table, kv.lens, starts, np.full(batch, new, np.int64))
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
-    return Problem(caches, query, on_device, kv_bytes, 4 * dim * heads * attended)
+    return Problem(kv.caches, query, on_device, kv.kv_bytes, 4 * dim * heads * attended)
 
 
 def launches(p: Problem, dim: int, out, path: str) -> list:
