@@ -41,6 +41,8 @@ from numba import cuda  # noqa: E402
 
 import gpu_common as common  # noqa: E402
 import gpu_compile  # noqa: E402
+import gpu_labs  # noqa: E402
+import gpu_ladder  # noqa: E402
 import gpu_prefill  # noqa: E402
 import gpu_summary  # noqa: E402
 from gpu_checks import check_config, check_correctness  # noqa: E402
@@ -241,8 +243,7 @@ def _phases(args, report: dict, began: float) -> list:
             )
         elif args.first_run:  # rehearsing a first run: the budget, from the measurement
             report["compile"] = gpu_compile.planned(chosen, True)
-        else:  # the simulator compiles nothing: numba's compile to PTX measures it, in
-            # other processes, beside the simulated phases (`main` collects it at the end)
+        else:  # the simulator: numba's compile to PTX, beside the phases (`main` collects it)
             BACKGROUND["compile"] = ThreadPoolExecutor(1).submit(gpu_compile.seconds)
 
     def copy_phase(_):
@@ -274,27 +275,18 @@ def _phases(args, report: dict, began: float) -> list:
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
     def ladder_phase(phase):
-        import gpu_ladder
-
         report["ladder"] = gpu_ladder.rows(
             rng, runs, on_gpu, dry, left=phase.left if on_gpu else lambda: float("inf")
         )
 
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
-        size, blocks, threads = (
-            (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
-        )
-        report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng, size + 48, blocks, threads
-        )
+        report["roofline_check"] = common.roofline_reads_every_byte_once(rng, dry)
 
     def copies_phase(_):
         report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)
 
     def labs_phase(phase):  # the 3.7 labs run in the same command, into the same JSON
-        import gpu_labs
-
         report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 

@@ -208,12 +208,13 @@ def roofline_ms(caches: list, runs: int, timed: bool):
     return time_ms(launches, runs, timed)
 
 
-def roofline_reads_every_byte_once(rng, nbytes: int, blocks: int, threads: int) -> bool:
-    """On random data, the xor of the threads' words equals the xor of the buffer's words
-    (a chunk skipped or read twice would change it)."""
-    host = rng.integers(0, 2**32, nbytes // 4, dtype=np.uint32)
+def roofline_reads_every_byte_once(rng, dry: bool) -> bool:
+    """On random data (a few KiB dry, else 16 MiB), the xor of the threads' words equals the
+    xor of the buffer's words (a chunk skipped or read twice would change it)."""
+    nbytes, blocks, threads = (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
+    host = rng.integers(0, 2**32, (nbytes + 48) // 4, dtype=np.uint32)  # + 3 tail chunks
     sink = cuda.device_array(blocks * threads, np.uint32)
-    read_all[blocks, threads](cuda.to_device(host), nbytes // 16, sink)
+    read_all[blocks, threads](cuda.to_device(host), (nbytes + 48) // 16, sink)
     return bool(np.bitwise_xor.reduce(sink.copy_to_host()) == np.bitwise_xor.reduce(host))
 
 

@@ -240,7 +240,7 @@ def warm_steps(rng, grid, dim: int, dry: bool, layouts=LAYOUTS) -> dict:
         ],
         "prefill": prefill,
         "decode": [
-            partial(common.roofline_reads_every_byte_once, rng, (1 << 12) + 48, 2, 16),
+            partial(common.roofline_reads_every_byte_once, rng, True),
             *decode,
         ],
         "ladder": [partial(check_rung, rung, rng, dry) for rung in RUNGS],
