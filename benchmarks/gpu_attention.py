@@ -135,17 +135,9 @@ def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -
             for layout, cases in layouts_:
                 ok = check_config(rng, case, dim, mode, layout, dry, path)
                 checked[(path, mode, layout)] = ok
-                launches = [
-                    common.decode_launch(
-                        c,
-                        mode=mode,
-                        part=attention.DEFAULT_PARTITION,
-                        paged=layout == "paged",
-                        longest=context,
-                        path=path,
-                    )[0]
-                    for c in cases
-                ]
+                opts = dict(mode=mode, paged=layout == "paged", longest=context, path=path)
+                part = attention.DEFAULT_PARTITION
+                launches = [common.decode_launch(c, part=part, **opts)[0] for c in cases]
                 ms = common.time_ms(launches, runs, timed) if ok else None
                 timed_pair[layout] = row(mode, layout, ms, ok, path)
             p, c = timed_pair["paged"], timed_pair.get("contiguous")
