@@ -81,22 +81,23 @@ def write_random_llama(directory: Path, seed: int = 0) -> Path:
     return directory
 
 
-def paged_engine(model, num_gpu_blocks: int, budget: int, backend: str):
-    """A PagedEngine of 16-token blocks, no prefix caching, `budget` tokens a step."""
+def paged_engine(model, requests, budget: int, backend: str):
+    """A PagedEngine of 16-token blocks, just enough for `requests`, no prefix caching,
+    `budget` tokens a step."""
+    from pagedsim.block_table import blocks_needed
     from pagedsim.config import CacheConfig, SchedulerConfig
     from pagedsim.engine import PagedEngine
 
-    cache = CacheConfig(block_size=16, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=False)
+    blocks = sum(blocks_needed(len(r.prompt) + r.max_tokens, 16) for r in requests)
+    cache = CacheConfig(block_size=16, num_gpu_blocks=blocks, enable_prefix_caching=False)
     scheduler = SchedulerConfig(max_num_batched_tokens=budget, preemption_mode="recompute")
     return PagedEngine(model, cache, scheduler, backend=backend)
 
 
 def bench(model, requests, backend: str) -> dict:
-    from pagedsim.block_table import blocks_needed
     from pagedsim.engine import DenseEngine
 
-    blocks = sum(blocks_needed(len(r.prompt) + r.max_tokens, 16) for r in requests)
-    engine = paged_engine(model, blocks, max(256, len(requests)), backend)
+    engine = paged_engine(model, requests, max(256, len(requests)), backend)
     start = time.perf_counter()
     engine.generate(requests)
     paged = time.perf_counter() - start
@@ -128,13 +129,11 @@ def one_side(
     config = json.loads((Path(directory) / "config.json").read_text())
     ids = rng.integers(1, config["vocab_size"], (batch, prompt))
     if side == "pagedsim":
-        from pagedsim.block_table import blocks_needed
         from pagedsim.engine import Request
         from pagedsim.engine.hf import load_model
 
         requests = [Request(tuple(int(t) for t in row), tokens) for row in ids]
-        blocks = batch * blocks_needed(prompt + tokens, 16)
-        engine = paged_engine(load_model(directory), blocks, max(budget, batch), "numpy")
+        engine = paged_engine(load_model(directory), requests, max(budget, batch), "numpy")
         start = time.process_time()
         engine.generate(requests)
     else:

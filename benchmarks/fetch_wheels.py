@@ -4,14 +4,10 @@
                                                          # while the total stays < 40 MiB
     python benchmarks/fetch_wheels.py --python 3.10 --cuda 12 [--dest DIR]
 
-The GPU machine has no network and carries at most 64 MiB of ignored paths; when
-`gpu_preflight.py` stops, the run installs the set of the running Python offline from
-wheels/pyX.Y (benchmarks/README.md, "The wheels"). A set (`wanted`): numba-cuda at the
-tested version, cuda-bindings of the CUDA major asked for (12 runs on any driver >= 525; 13
-needs >= 580), cuda-core and cuda-pathfinder (the newest that supports that Python), and on
-3.10 backports.strenum. Not numba nor llvmlite: every GPU image has numba >= 0.60, and
-llvmlite alone is 57 MiB. The wheels are CPython-version specific, hence one folder per
-Python, each with a requirements.txt pinning what was fetched; the folder is git-ignored.
+One folder per Python (the wheels are CPython-version specific), wheels/pyX.Y with a
+requirements.txt pinning what was fetched; benchmarks/README.md ("The wheels") says what a
+set (`wanted`) holds. Not numba nor llvmlite: every GPU image has numba >= 0.60, and
+llvmlite alone is 57 MiB.
 """
 
 from __future__ import annotations
@@ -32,14 +28,9 @@ BINDINGS = {12: "cuda-bindings==12.9.*", 13: "cuda-bindings==13.*"}
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 
-def folder(dest: Path, python: str) -> Path:
-    """The wheels of one Python: dest/py3.12."""
-    return dest / f"py{python}"
-
-
 def wanted(python: str, cuda_major: int) -> list[str]:
-    """Requirement lines of the set for one Python and CUDA major: numba-cuda pinned to
-    the tested version, its dependencies by range (the newest the Python supports)."""
+    """The set's requirement lines: numba-cuda pinned to the tested version, its dependencies
+    by range (the newest the Python supports)."""
     lines = [
         f"numba-cuda=={metadata.version('numba-cuda')}",
         BINDINGS[cuda_major],
@@ -78,7 +69,7 @@ def fetch(python: str, cuda_major: int, dest: Path) -> Path | None:
         if done.returncode:
             print(f"fetch_wheels: pip download for Python {python} failed", file=sys.stderr)
             return None
-        target = folder(dest, python)
+        target = dest / f"py{python}"
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
         for wheel in Path(tmp).glob("*.whl"):

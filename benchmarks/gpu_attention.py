@@ -5,14 +5,11 @@
     python benchmarks/gpu_attention.py --dry-run         # the simulator: checks the script
     ... --phases prefill,decode --out DIR                # a subset, in run order
 
-benchmarks/README.md is the reference: the preflight (`gpu_preflight.require` runs before
-anything imports numba.cuda), the phases in run order (PHASE_S) with what each measures and
-its budget, the timing method (`gpu_common.time_ms`) and issue 24's targets
-(`gpu_summary.py`). Everything goes under --out DIR (default $OUT, else ./out): r.json
-(rewritten after every phase), r.md and log.txt. Every configuration is checked on the device
-against the float64 reference before it is timed; one that disagrees is reported, never
-timed. Exit 1 when a kernel disagreed or a phase failed; under the simulator it refuses
-(exit 2) unless --dry-run, whose timings are null. No number here is ever made up.
+benchmarks/README.md is the reference (the preflight, the phases and budgets, the timing
+method, issue 24's targets). Writes r.json (after every phase), r.md and log.txt under --out
+DIR (default $OUT, else ./out). A configuration is timed only after its device check against
+the float64 reference passed. Exit 1 when a kernel disagreed or a phase failed; on the
+simulator it refuses (exit 2) unless --dry-run, whose timings are null.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
@@ -24,7 +21,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -45,6 +41,8 @@ from numba import cuda  # noqa: E402
 
 import gpu_common as common  # noqa: E402
 import gpu_compile  # noqa: E402
+import gpu_labs  # noqa: E402
+import gpu_ladder  # noqa: E402
 import gpu_prefill  # noqa: E402
 import gpu_summary  # noqa: E402
 from gpu_checks import check_config, check_correctness  # noqa: E402
@@ -64,7 +62,7 @@ DRY_GRID = [(1, 20, 2, 1, "float16"), (1, 20, 16, 2, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
 # (`gpu_common.Phases`); a decode case starts only if the longest so far (>= CASE_S) fits.
 PHASE_S = {
-    "compile": None,  # from the measured compile time: `budgets`, gpu_compile.budget_s
+    "compile": None,  # from the measured compile time: gpu_compile.budget_s
     "copy": 10,
     "prefill": 75,
     "decode": 110,
@@ -75,117 +73,54 @@ PHASE_S = {
 }
 CASE_S = 25
 STARTUP_S = 60  # before the phases: the preflight (its NVVM child), an offline install, imports
-LAYOUTS = ("paged", "contiguous")  # --first-run: paged only
+LAYOUTS = gpu_compile.LAYOUTS  # --first-run: paged only
 
 
-def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
-    """torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D], or None."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return None
-    if not timed or not torch.cuda.is_available():
-        return None
-    tdtype = getattr(torch, dtype)
-    q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=tdtype)
-    kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
-
-    def kv():
-        return torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype)
-
-    kvs = [(kv(), kv()) for _ in range(common.rotation(kv_bytes))]
-    launches = [
-        lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs
-    ]
-    torch.cuda.synchronize()
-    return common.time_ms(launches, runs, timed)
-
-
-BACKGROUND: dict = {}  # the dry run's compile measurement while the other phases run
 LAUNCH_OVERHEAD = {"ms": None}  # the copy phase's measurement (gpu_common.launch_overhead_ms)
+BACKGROUND: dict = {}  # the dry run's compile measurement while the other phases run
 
 
-def launch_bound(ms) -> bool | None:
-    """True when a row's time is within LAUNCH_BOUND x the per-launch overhead: what it
-    times is mostly the launch, not the kernel."""
+def _row(base: dict, roof_ms, copy_gbs, mode, layout, ms, ok=True, path=None) -> dict:
+    """One decode row: the case's `base` fields and its time against the read roofline and
+    the copy bandwidth; launch_bound when within LAUNCH_BOUND x the per-launch overhead."""
+    bps = base["bytes_moved"] / ms * 1e3 if ms else None
     over = LAUNCH_OVERHEAD["ms"]
-    return None if ms is None or over is None else ms < common.LAUNCH_BOUND * over
-
-
-class _Rows(NamedTuple):
-    """What every row of one decode case shares: its `base` fields, the bytes it moves,
-    the read roofline's time and the copy bandwidth the rows are compared with."""
-
-    base: dict
-    moved: int
-    roof_ms: float | None
-    copy_gbs: float | None
-
-    @classmethod
-    def for_case(cls, case, dim: int, copies: int, roof_ms, copy_gbs) -> "_Rows":
-        batch, context, heads, kv_heads, dtype = case
-        item = np.dtype(dtype).itemsize
-        kv_bytes = batch * context * kv_heads * dim * item * 2
-        moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
-        base = {
-            "batch": batch,
-            "context": context,
-            "heads": heads,
-            "kv_heads": kv_heads,
-            "group": heads // kv_heads,
-            "head_dim": dim,
-            "dtype": dtype,
-            "kv_bytes": kv_bytes,
-            "bytes_moved": moved,
-            "working_set_copies": copies,
-        }
-        return cls(base, moved, roof_ms, copy_gbs)
-
-    def row(self, mode, layout, ms, ok=True, path=None) -> dict:
-        bps = self.moved / ms * 1e3 if ms else None
-        copy_gbs, roof_ms = self.copy_gbs, self.roof_ms
-        return {
-            **self.base,
-            "mode": mode,
-            "layout": layout,
-            "path": path,
-            "checked_on_device": ok,
-            "median_ms": ms,
-            "launch_bound": launch_bound(ms),
-            "bytes_per_s": bps,
-            "gb_per_s": bps / 1e9 if bps else None,
-            "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
-            "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None,
-        }
+    return {
+        **base,
+        "mode": mode,
+        "layout": layout,
+        "path": path,
+        "checked_on_device": ok,
+        "median_ms": ms,
+        "launch_bound": None if ms is None or over is None else ms < common.LAUNCH_BOUND * over,
+        "bytes_per_s": bps,
+        "gb_per_s": bps / 1e9 if bps else None,
+        "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
+        "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None,
+    }
 
 
 def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -> list[dict]:
     """Every row of one decode case (batch, context, heads, kv_heads, dtype): the read
     roofline, each path x mode x layout, what paged_attention's auto runs, and torch SDPA."""
     batch, context, heads, kv_heads, dtype = case
-    bs, per_seq = 16, -(-context // 16)
-    num_blocks = batch * per_seq
-    kv_bytes = batch * context * kv_heads * dim * np.dtype(dtype).itemsize * 2
-    copies = common.rotation(kv_bytes) if timed else 1
+    paged, table, lens, kv_bytes = common.paged_kv(rng, batch, context, kv_heads, dim, dtype, timed)
+    copies = len(paged)
     query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
-    lens = cuda.to_device(np.full(batch, context, np.int32))
-    paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     flat = [
         common.filled(rng, (batch, 2, kv_heads, context, dim), dtype)
         for _ in range(copies if "contiguous" in layouts else 0)
     ]
     flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
-    blocks = 8 * attention.sm_count() if timed else 2
-    reads = [
-        common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16) for c in paged
-    ]
-    roof_ms = common.time_ms(reads, runs, timed)
-    made = _Rows.for_case(case, dim, copies, roof_ms, copy_gbs)
-    rows = [made.row("read-only", "roofline", roof_ms)]
+    roof_ms = common.roofline_ms(paged, runs, timed)
+    base = dict(zip(("batch", "context", "heads", "kv_heads"), case[:4], strict=True))
+    base.update(group=heads // kv_heads, head_dim=dim, dtype=dtype, kv_bytes=kv_bytes)
+    moved = kv_bytes + batch * heads * dim * (np.dtype(dtype).itemsize + 4)  # + q and out
+    base.update(bytes_moved=moved, working_set_copies=copies)
+    row = partial(_row, base, roof_ms, copy_gbs)
+    rows = [row("read-only", "roofline", roof_ms)]
     cases = {  # layout -> (loaders, caches, block table, block size)
-        "paged": (ck.BLOCK_MAJOR, paged, table, bs),
+        "paged": (ck.BLOCK_MAJOR, paged, table, 16),
         "contiguous": (contiguous.CONTIGUOUS, flat, flat_table, context),
     }
     layouts_ = [
@@ -200,28 +135,20 @@ def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -
             for layout, cases in layouts_:
                 ok = check_config(rng, case, dim, mode, layout, dry, path)
                 checked[(path, mode, layout)] = ok
-                launches = [
-                    common.decode_launch(
-                        c,
-                        mode=mode,
-                        part=attention.DEFAULT_PARTITION,
-                        paged=layout == "paged",
-                        longest=context,
-                        path=path,
-                    )[0]
-                    for c in cases
-                ]
+                opts = dict(mode=mode, paged=layout == "paged", longest=context, path=path)
+                part = attention.DEFAULT_PARTITION
+                launches = [common.decode_launch(c, part=part, **opts)[0] for c in cases]
                 ms = common.time_ms(launches, runs, timed) if ok else None
-                timed_pair[layout] = made.row(mode, layout, ms, ok, path)
+                timed_pair[layout] = row(mode, layout, ms, ok, path)
             p, c = timed_pair["paged"], timed_pair.get("contiguous")
             if c and p["median_ms"] and c["median_ms"]:
                 p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
             rows += [p, c] if c else [p]
-    rows.append(_auto_row(made, layouts_[0][1], checked, runs, timed))
-    return rows + _sdpa_rows(made, case, dim, runs, timed)
+    rows.append(_auto_row(row, layouts_[0][1], checked, runs, timed))
+    return rows + _sdpa_rows(row, case, dim, runs, timed)
 
 
-def _auto_row(made: _Rows, cases: list, checked: dict, runs, timed) -> dict:
+def _auto_row(row, cases: list, checked: dict, runs, timed) -> dict:
     """What users get: paged_attention(mode="auto", path="auto"), its plan read back; timed
     when the configuration it runs passed its device check."""
     autos = [common.auto_launch(c) for c in cases]
@@ -229,28 +156,36 @@ def _auto_row(made: _Rows, cases: list, checked: dict, runs, timed) -> dict:
     ok = checked[(plan["path"], "single" if plan["num_partitions"] == 1 else "split", "paged")]
     ms = common.time_ms([a[0] for a in autos], runs, timed) if ok else None
     parts = {k: plan[k] for k in ("partition_size", "num_partitions")}
-    return {**made.row("auto", "paged", ms, ok, plan["path"]), **parts}
+    return {**row("auto", "paged", ms, ok, plan["path"]), **parts}
 
 
-def _sdpa_rows(made: _Rows, case, dim, runs, timed) -> list[dict]:
-    """torch SDPA on the same case: a peer, not a kernel of ours, so a torch without
-    enable_gqa (< 2.5) only loses the row (it says why)."""
+def _sdpa_rows(row, case, dim, runs, timed) -> list[dict]:
+    """torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D]: a peer, so
+    a torch without enable_gqa (< 2.5) only loses the row (it says why); none untimed."""
     batch, context, heads, kv_heads, dtype = case
     try:
-        torch_ms = torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed)
-    except Exception as error:  # noqa: BLE001
-        return [
-            {
-                **made.row("sdpa", "torch_contiguous", None),
-                "error": f"{type(error).__name__}: {error}",
-            }
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return []
+    if not timed or not torch.cuda.is_available():
+        return []
+    try:
+        q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=getattr(torch, dtype))
+        kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
+        kvs = [
+            torch.randn(2, batch, kv_heads, context, dim, device="cuda", dtype=q.dtype)
+            for _ in range(common.rotation(kv_bytes))
         ]
-    return [made.row("sdpa", "torch_contiguous", torch_ms)] if torch_ms is not None else []
-
-
-def _device_name() -> str:
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
+        launches = [
+            lambda kv=kv: F.scaled_dot_product_attention(q, kv[0], kv[1], enable_gqa=True)
+            for kv in kvs
+        ]
+        torch.cuda.synchronize()
+        return [row("sdpa", "torch_contiguous", common.time_ms(launches, runs, timed))]
+    except Exception as error:  # noqa: BLE001
+        failed = {"error": f"{type(error).__name__}: {error}"}
+        return [{**row("sdpa", "torch_contiguous", None), **failed}]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -270,44 +205,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def budgets(chosen: list[str], first_run: bool) -> dict:
-    """Each phase's budget: PHASE_S, the compile phase's from the measured compile time of
-    the kernels the chosen phases launch (`gpu_compile.budget_s`)."""
+    """PHASE_S, the compile phase's from the measured compile time of what `chosen` launch."""
     return {**PHASE_S, "compile": gpu_compile.budget_s(chosen, first_run)}
 
 
-def _decode_selection(args) -> tuple:
-    """(grid, head_dim, layouts) the decode phase runs: --first-run keeps what a first run
-    needs, the float16 cases (the targets) over paged K/V only."""
-    grid, dim = (DRY_GRID, 16) if args.dry_run else (GRID, 128)
-    if not args.first_run:
-        return grid, dim, LAYOUTS
-    return [case for case in grid if case[-1] != "float32"], dim, LAYOUTS[:1]
-
-
 def _chosen(args) -> list[str]:
-    """The phases asked for (--phases, else all), less the labs with --no-labs or
-    --first-run; an unknown name stops the run."""
+    """The phases asked for (--phases, else all), no labs with --no-labs or --first-run."""
     chosen = args.phases.split(",") if args.phases else list(PHASE_S)
     unknown = sorted(set(chosen) - set(PHASE_S))
     if unknown:
         raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")
-    if args.no_labs or args.first_run:
-        return [name for name in chosen if name != "labs"]
-    return chosen
-
-
-def _roofline_check(rng, dry: bool) -> bool:
-    """Whether the read roofline's kernel reads every byte once (a few KiB dry, 16 MiB)."""
-    size, blocks, threads = (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
-    return common.roofline_reads_every_byte_once(rng, size + 48, blocks, threads)
+    return [name for name in chosen if name != "labs" or not (args.no_labs or args.first_run)]
 
 
 def _phases(args, report: dict, began: float) -> list:
-    """(name, fn) of every phase, in run order: the headline targets first."""
+    """(name, fn) of every phase chosen, in run order: the headline targets first."""
+    chosen = _chosen(args)
     rng = np.random.default_rng(0)
     on_gpu, dry = report["timings_valid"], args.dry_run
     runs = args.runs or (1 if dry else 20)
-    grid, dim, layouts = _decode_selection(args)
+    grid, dim, layouts = (DRY_GRID, 16, LAYOUTS) if dry else (GRID, 128, LAYOUTS)
+    if args.first_run:  # what a first run needs: the float16 cases (the targets), paged K/V
+        grid, layouts = [case for case in grid if case[-1] != "float32"], LAYOUTS[:1]
 
     def compile_phase(phase):  # every kernel, before anything is timed
         if on_gpu:
@@ -316,8 +235,7 @@ def _phases(args, report: dict, began: float) -> list:
             )
         elif args.first_run:  # rehearsing a first run: the budget, from the measurement
             report["compile"] = gpu_compile.planned(chosen, True)
-        else:  # the simulator compiles nothing: numba's compile to PTX measures it, in
-            # other processes, beside the simulated phases (`main` collects it at the end)
+        else:  # the simulator: numba's compile to PTX, beside the phases (`main` collects it)
             BACKGROUND["compile"] = ThreadPoolExecutor(1).submit(gpu_compile.seconds)
 
     def copy_phase(_):
@@ -349,22 +267,18 @@ def _phases(args, report: dict, began: float) -> list:
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
     def ladder_phase(phase):
-        import gpu_ladder
-
         report["ladder"] = gpu_ladder.rows(
             rng, runs, on_gpu, dry, left=phase.left if on_gpu else lambda: float("inf")
         )
 
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
-        report["roofline_check"] = _roofline_check(rng, dry)
+        report["roofline_check"] = common.roofline_reads_every_byte_once(rng, dry)
 
     def copies_phase(_):
         report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)
 
     def labs_phase(phase):  # the 3.7 labs run in the same command, into the same JSON
-        import gpu_labs
-
         report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
@@ -378,7 +292,6 @@ def _phases(args, report: dict, began: float) -> list:
         "copies": copies_phase,
         "labs": labs_phase,
     }
-    chosen = _chosen(args)
     return [(name, phases[name]) for name in PHASE_S if name in chosen]
 
 
@@ -405,17 +318,13 @@ def failures(report: dict) -> list[str]:
     return failed
 
 
-def _write(report: dict, out: Path, final: bool) -> None:
-    """out/r.json (after every phase, so a run cut short keeps what it measured) and, at
-    the end, the Markdown summary out/r.md."""
+def _write(report: dict, out: Path) -> None:
+    """out/r.json, after every phase: a run cut short keeps what it measured."""
     (out / gpu_output.JSON).write_text(json.dumps(report, indent=1, default=str) + "\n")
-    if final:
-        (out / gpu_output.SUMMARY).write_text(gpu_summary.markdown(report) + "\n")
 
 
 def _collect_compile(report: dict, pending) -> None:
-    """Wait for the dry run's compile measurement; its wait and its error go into
-    phases.compile (an error fails the run like any phase's)."""
+    """The dry run's compile measurement; its wait and its error go into phases.compile."""
     t0 = time.perf_counter()
     record = report["phases"]["compile"]
     try:
@@ -428,21 +337,16 @@ def _collect_compile(report: dict, pending) -> None:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    on_gpu = ck.backend() == "gpu"
-    if not on_gpu and not args.dry_run:
-        print(
-            "gpu_attention: no GPU (cuda_kernels runs on the simulator); refusing to time "
-            "anything. Use --dry-run to check the script itself.",
-            file=sys.stderr,
-        )
+    if common.refuses("gpu_attention", args.dry_run):
         return 2
+    on_gpu = ck.backend() == "gpu"
     began = time.perf_counter()
     report = {
         "backend": ck.backend(),
         "dry_run": args.dry_run,
         "first_run": args.first_run,
         "timings_valid": on_gpu,
-        "device": _device_name() if on_gpu else "simulator",
+        "device": common.device_name() if on_gpu else "simulator",
         "sm_count": attention.sm_count(),
         "preflight": PREFLIGHT or gpu_preflight.report(),
     }
@@ -460,13 +364,15 @@ def main(argv=None) -> int:
                 f"gpu_attention: phase {name} failed, going on: {guard.record[name]['error']}",
                 file=sys.stderr,
             )
-        _write(report, out, final=False)
+        _write(report, out)
     if "compile" in BACKGROUND:  # the dry run: the compile to PTX ran beside the phases
         _collect_compile(report, BACKGROUND.pop("compile"))
     report["seconds"] = time.perf_counter() - began
     report["targets"] = gpu_summary.targets(report)
-    _write(report, out, final=True)
-    print(gpu_summary.markdown(report))
+    _write(report, out)
+    summary = gpu_summary.markdown(report)
+    (out / gpu_output.SUMMARY).write_text(summary + "\n")
+    print(summary)
     failed = failures(report)
     if failed:
         print(

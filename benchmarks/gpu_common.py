@@ -1,24 +1,24 @@
 """Shared pieces of the GPU benchmarks (gpu_attention.py, gpu_labs.py, ...): the event timer
-(`time_ms`), random device buffers (`filled`), the correctness test (`close`), the decode
-launch that is timed (`decode_launch`, `auto_launch`), the read-only roofline kernel, the
-per-phase time guard (`Phases`, with `CompileClock`), the working-set rotation past the L2,
-and the prefill peers (torch SDPA, flash_attn, FlashInfer). benchmarks/README.md says how
-each is used. The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
+(`time_ms`), random device buffers (`filled`), the check against the reference (`close`),
+the timed decode launch (`decode_launch`, `auto_launch`), the read-only roofline kernel, the
+per-phase time guard (`Phases`, `CompileClock`) and the working-set rotation past the L2.
 
-Import order: `cuda_kernels` is imported before anything from numba, so this module
-chooses the backend itself (a GPU, else the simulator) whichever script imports it first.
+Import order: `cuda_kernels` comes before anything from numba, so this module chooses the
+backend itself (a GPU, else the simulator) whichever script imports it first.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
 
 import statistics
+import sys
 import time
 import traceback
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
-import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
+import cuda_kernels  # first: it selects the CUDA backend before numba.cuda loads
 from cuda_kernels import attention
 from cuda_kernels.tools import roofline
 from cuda_kernels._checks import require_scale
@@ -31,6 +31,23 @@ WORKING_SET = 4 * L2_BYTES
 PER_SAMPLE = 10  # launches between one pair of events
 TOTAL_S = 450.0  # phases stop starting after 7.5 minutes: with the startup, the run stays under 9
 TENSOR_PEAK_TFLOPS = roofline.TENSOR_FLOPS_S / 1e12  # H200 dense fp16, ~990
+
+
+def refuses(script: str, dry_run: bool) -> bool:
+    """On the simulator without --dry-run: say so in one line and time nothing."""
+    if dry_run or cuda_kernels.backend() == "gpu":
+        return False
+    print(
+        f"{script}: no GPU (cuda_kernels runs on the simulator); refusing to time anything. "
+        "Use --dry-run to check the script itself.",
+        file=sys.stderr,
+    )
+    return True
+
+
+def device_name() -> str:
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
 
 
 def tflops(flop: float, ms) -> float | None:
@@ -181,20 +198,47 @@ def read_all(src, chunks, sink):
     sink[cuda.grid(1)] = acc
 
 
-def read_roofline_launch(flat, blocks: int, threads: int):
-    """A launch closure reading all of `flat` (a contiguous device array) once."""
-    chunks = flat.size * flat.dtype.itemsize // 16
+def roofline_ms(caches: list, runs: int, timed: bool):
+    """`time_ms` of the read-only kernel over all of each cache (rotated copies) once."""
+    blocks, threads = (8 * attention.sm_count(), 256) if timed else (2, 16)
     sink = cuda.device_array(blocks * threads, np.uint32)
-    return lambda: read_all[blocks, threads](flat, chunks, sink)
+    launches = [
+        partial(read_all[blocks, threads], c.reshape(c.size), c.nbytes // 16, sink) for c in caches
+    ]
+    return time_ms(launches, runs, timed)
 
 
-def roofline_reads_every_byte_once(rng, nbytes: int, blocks: int, threads: int) -> bool:
-    """On random data, the xor of the threads' words equals the xor of the buffer's words
-    (a chunk skipped or read twice would change it)."""
-    host = rng.integers(0, 2**32, nbytes // 4, dtype=np.uint32)
+def roofline_reads_every_byte_once(rng, dry: bool) -> bool:
+    """On random data (a few KiB dry, else 16 MiB), the xor of the threads' words equals the
+    xor of the buffer's words (a chunk skipped or read twice would change it)."""
+    nbytes, blocks, threads = (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
+    host = rng.integers(0, 2**32, (nbytes + 48) // 4, dtype=np.uint32)  # + 3 tail chunks
     sink = cuda.device_array(blocks * threads, np.uint32)
-    read_all[blocks, threads](cuda.to_device(host), nbytes // 16, sink)
+    read_all[blocks, threads](cuda.to_device(host), (nbytes + 48) // 16, sink)
     return bool(np.bitwise_xor.reduce(sink.copy_to_host()) == np.bitwise_xor.reduce(host))
+
+
+class PagedKV(NamedTuple):
+    """`batch` sequences of `context` tokens on the device: K/V caches [N, 2, H_kv, B, D]
+    (enough rotated copies to pass 4x the L2 when timed), a block table scattering each
+    sequence over the pool, the lengths, and the K/V bytes one pass reads."""
+
+    caches: list
+    table: object
+    lens: object
+    kv_bytes: int
+
+
+def paged_kv(rng, batch: int, context: int, kv_heads: int, dim: int, dtype, timed: bool, bs=16):
+    per_seq = -(-context // bs)
+    num_blocks = batch * per_seq
+    kv_bytes = 2 * batch * context * kv_heads * dim * np.dtype(dtype).itemsize
+    caches = [
+        filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype)
+        for _ in range(rotation(kv_bytes) if timed else 1)
+    ]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    return PagedKV(caches, table, cuda.to_device(np.full(batch, context, np.int32)), kv_bytes)
 
 
 def rotation(nbytes: int) -> int:
@@ -303,81 +347,3 @@ def filled(rng, shape, dtype):
         n = min(chunk, shape[0] - b)
         dev[b : b + n].copy_to_device(piece[:n])
     return dev
-
-
-def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
-    """{name: launch} of the prefill peers importable here, on contiguous K/V with the
-    bottom-right causal mask of a cached prefix (query token i sees prefix + i + 1 keys)."""
-    import torch  # noqa: F401  (ImportError: no peers at all)
-    import torch.nn.functional as F
-
-    tdtype = getattr(torch, dtype)
-    ctx = prefix + new
-
-    def rand(*shape):
-        return torch.randn(*shape, device="cuda", dtype=tdtype)
-
-    peers = {}
-    q = rand(batch, heads, new, dim)  # [B, H, L, D]
-    k, v = rand(batch, kv_heads, ctx, dim), rand(batch, kv_heads, ctx, dim)
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from torch.nn.attention.bias import causal_lower_right
-
-        mask = causal_lower_right(new, ctx)
-
-        def sdpa():
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-
-        peers["torch_sdpa_flash"] = sdpa
-    except ImportError:
-        pass
-    try:
-        from flash_attn import flash_attn_func  # [B, L, H, D]; causal is bottom-right (>= 2.1)
-
-        qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-        peers["flash_attn"] = lambda: flash_attn_func(qf, kf, vf, causal=True)
-    except ImportError:
-        pass
-    try:
-        import flashinfer  # one prompt at a time: [L, H, D]
-
-        per = [[x[b].transpose(0, 1).contiguous() for x in (q, k, v)] for b in range(batch)]
-        peers["flashinfer_single_prefill"] = lambda: [
-            flashinfer.single_prefill_with_kv_cache(*qkv, causal=True) for qkv in per
-        ]
-    except ImportError:
-        pass
-    return peers
-
-
-def prefill_peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list[dict]:
-    """Timed rows of the importable prefill peers on contiguous K/V; a peer that fails says
-    why in its row. None without a GPU or torch: absent, never made up."""
-    batch, new, prefix, heads, kv_heads, dtype = case
-    if not timed:
-        return []
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            return []
-        peers = _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype)
-    except ImportError:
-        return []
-    rows = []
-    for name, launch in peers.items():
-        row = {"kernel": name, "layout": "contiguous", "peer": True, "flop": flop}
-        try:
-            torch.cuda.synchronize()
-            ms = time_ms(launch, runs, timed)
-            row.update(
-                median_ms=ms,
-                tflop_per_s=tflops(flop, ms),
-                pct_of_tensor_peak=pct_of_tensor_peak(flop, ms),
-            )
-        except Exception as error:  # noqa: BLE001  (a peer's failure loses only its row)
-            row.update(median_ms=None, error=f"{type(error).__name__}: {error}")
-        rows.append(row)
-    return rows

@@ -1,28 +1,16 @@
 """The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
 any of them times anything, and the seconds it took, per phase and in total.
 
-    warm(rng, grid, dim, dry, left)   on a GPU: compile in this process, up front
+    warm(rng, grid, dim, dry, left)   on a GPU: run each phase's device checks, in this
+                                      process, so the timed phases find their kernels compiled
     seconds(workers, budget_s)        without a GPU (the dry run): compile to PTX, measured
-    budget_s(phases, first_run)       the compile phase's budget on a GPU, from
-                                      compile_measured.json (see benchmarks/README.md)
+    budget_s(phases, first_run)       the compile phase's budget, from compile_measured.json
     python benchmarks/gpu_compile.py --measure [--kernels] [--ladder]   rewrites that file
 
-`warm` runs each phase's own device checks (the very kernels a phase times, on small
-instances), so that the timed phase finds them compiled (`phases.<name>.compiles` says so);
-a step the budget does not reach (`left`) is named in left_out and compiles in its own
-phase. The wgmma prefill compiles in its own child process (`gpu_prefill`).
-
-Why not in parallel processes through numba's on-disk cache (`cache=True`): the cache
-looks a kernel up by a key that includes a pickle of its closure, and these kernels are
-closures over device functions whose pickles carry a per-process id (the sha256 of
-`numba.cuda.serialize.dumps` of every decode kernel of `report.kernel_specs()` differs
-between two runs, even with PYTHONHASHSEED fixed), so a worker's cache is never read.
-
-`seconds` runs `report --compile-only` children (the kernels, the rungs) that compile to
-PTX for sm_90 (typing, lowering, NVVM; ptxas comes on top on a GPU) and stream one row per
-kernel; at budget_s they are stopped and what is not done is named in left_out. Each row
-goes to the phase that launches it (`PHASE_OF`); compile_cpu_s counts CPU seconds, which
-load inflates far less than wall seconds.
+benchmarks/README.md says why not in parallel processes (numba's on-disk cache never
+finds these closures' kernels). `seconds` runs `report --compile-only` children that
+compile to PTX for sm_90 and stream one row per kernel, stopped at budget_s; each row
+goes to the phase that launches it (`PHASE_OF`).
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
@@ -54,6 +42,7 @@ GPU_HOST_SPEED = 1.0  # GPU host CPU seconds per build-machine CPU second (assum
 MARGIN = 1.5  # the compile phase gets the estimate times this
 SLACK_S = 15  # plus this: the CUDA context, the device checks' own launches
 DRY_BUDGET_S = 600  # the dry run's compile measurement stops here and names what is left
+LAYOUTS = ("paged", "contiguous")
 
 # A report kernel's name prefix -> the phase that launches it (first match wins); the
 # correctness phase's kernels count with the phases that time them.
@@ -92,18 +81,22 @@ def by_phase(rows: list[dict]) -> dict:
     }
 
 
-def first_run_drops(kernel: str) -> bool:
-    """Whether `--first-run` leaves this kernel out: float32 and contiguous variants, labs."""
-    return "float32" in kernel or "contiguous" in kernel or phase_of(kernel) == "labs"
+def kept(rows: list[dict], phases, first_run: bool) -> list[dict]:
+    """The rows of `phases`; `--first-run` leaves out float32 and contiguous kernels, labs."""
+    return [
+        row
+        for row in rows
+        if phase_of(row["kernel"]) in phases
+        and not (first_run and ("float32" in row["kernel"] or "contiguous" in row["kernel"]))
+        and not (first_run and phase_of(row["kernel"]) == "labs")
+    ]
 
 
 def estimate(rows: list[dict], phases, first_run: bool) -> float:
     """CPU seconds (PTX + ptxas) the measured rows of `phases` take here, one after the
     other (what the GPU run's single process does)."""
     return sum(
-        row["compile_cpu_s"] + (row.get("ptxas_cpu_s") or 0.0)
-        for row in rows
-        if phase_of(row["kernel"]) in phases and not (first_run and first_run_drops(row["kernel"]))
+        r["compile_cpu_s"] + (r.get("ptxas_cpu_s") or 0.0) for r in kept(rows, phases, first_run)
     )
 
 
@@ -130,11 +123,7 @@ def planned(phases, first_run: bool, measured: Path = MEASURED) -> dict:
         "phases": {
             phase: {
                 "compile_s": round(estimate(data["rows"], {phase}, first_run), 1),
-                "kernels": sum(
-                    phase_of(r["kernel"]) == phase
-                    and not (first_run and first_run_drops(r["kernel"]))
-                    for r in data["rows"]
-                ),
+                "kernels": len(kept(data["rows"], {phase}, first_run)),
             }
             for phase in sorted(chosen & {p for _, p in PHASE_OF})
         },
@@ -225,7 +214,7 @@ def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
     }
 
 
-def warm_steps(rng, grid, dim: int, dry: bool, layouts=("paged", "contiguous")) -> dict:
+def warm_steps(rng, grid, dim: int, dry: bool, layouts=LAYOUTS) -> dict:
     """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
     small instance) and so compiles what the phase will time."""
     decode = [
@@ -251,7 +240,7 @@ def warm_steps(rng, grid, dim: int, dry: bool, layouts=("paged", "contiguous")) 
         ],
         "prefill": prefill,
         "decode": [
-            partial(common.roofline_reads_every_byte_once, rng, (1 << 12) + 48, 2, 16),
+            partial(common.roofline_reads_every_byte_once, rng, True),
             *decode,
         ],
         "ladder": [partial(check_rung, rung, rng, dry) for rung in RUNGS],
@@ -265,36 +254,30 @@ def warm_steps(rng, grid, dim: int, dry: bool, layouts=("paged", "contiguous")) 
     }
 
 
-def warm(
-    rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf"), layouts=None
-) -> dict:
+def warm(rng, grid, dim: int, dry: bool, phases=None, left=None, layouts=LAYOUTS) -> dict:
     """Compile, in this process, every kernel the named phases (default: all) will launch,
     by running their checks, until `left()` reaches 0. A step that raises is only counted:
     its phase runs it again and reports it."""
-    began = time.perf_counter()
-    record, left_out = {}, []
-    steps_of = warm_steps(rng, grid, dim, dry, *([layouts] if layouts else []))
-    for name, steps in steps_of.items():
-        if phases is not None and name not in phases:
-            continue
-        t0 = time.perf_counter()
+    began, left_out = time.perf_counter(), []
+    guard = common.Phases(float("inf"))
+
+    def run_steps(name, steps, _):
         errors = 0
-        with common.CompileClock() as clock:
-            for i, step in enumerate(steps):
-                if left() <= 0:
-                    left_out.append(f"{name}[{i}:]")
-                    break
-                try:
-                    step()
-                except Exception:  # noqa: BLE001  (the phase itself reports it)
-                    errors += 1
-        record[name] = {
-            "compile_s": round(clock.seconds, 2),
-            "compiles": clock.count,
-            "seconds": round(time.perf_counter() - t0, 2),
-            "steps": len(steps),
-            "errors": errors,
-        }
+        for i, step in enumerate(steps):
+            if left is not None and left() <= 0:
+                left_out.append(f"{name}[{i}:]")
+                break
+            try:
+                step()
+            except Exception:  # noqa: BLE001  (the phase itself reports it)
+                errors += 1
+        return errors
+
+    for name, steps in warm_steps(rng, grid, dim, dry, layouts).items():
+        if phases is None or name in phases:
+            errors = guard.run(name, 0, partial(run_steps, name, steps))
+            guard.record[name].update(steps=len(steps), errors=errors)
+    record = guard.record
     return {
         "how": "jit",
         "phases": record,

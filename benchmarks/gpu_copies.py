@@ -1,12 +1,9 @@
-"""The copy rows of the GPU benchmark (`gpu_attention.py` runs them): `copy_bandwidth`, the
-device-to-device copy (bytes read + written / median time) that the rows' pct_of_copy is
-measured against, and `copy_rows`: copy_blocks and write_kv, each checked bit for bit on
-the device before it is timed.
+"""The copy rows of the GPU benchmark: `copy_bandwidth`, the device-to-device copy that the
+rows' pct_of_copy is measured against, and `copy_rows`: copy_blocks and write_kv, each
+checked bit for bit on the device before it is timed.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
-
-import statistics
 
 import numpy as np
 
@@ -19,15 +16,7 @@ import gpu_common as common
 def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
     src = cuda.to_device(np.ones(nbytes // 4, np.float32))
     dst = cuda.device_array_like(src)
-    times = []
-    for _ in range(runs):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        dst.copy_to_device(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    ms = statistics.median(times) if timed else None
+    ms = common.time_ms(lambda: dst.copy_to_device(src), runs, timed)
     return {"bytes": 2 * nbytes, "median_ms": ms, "gb_per_s": 2 * nbytes / ms / 1e6 if ms else None}
 
 

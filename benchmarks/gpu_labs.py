@@ -4,11 +4,9 @@
     python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK
 
 layouts: the decode kernel over fused / split / nhd / vllm caches of the same numbers
-(checked equal first), K/V bytes read / kernel time; alignment: pools 0..128 bytes off a
-128-B boundary; allocators: cas, atomic_add, prefix_sum and racy at 1k..1M concurrent
-requests (racy: ids handed out twice); pre-allocation: N device_array calls vs one pool.
-Times are CUDA events around the launch (median); under the simulator it refuses (exit 2)
-unless --dry-run, whose timings are null.
+(checked equal first); alignment: pools 0..128 bytes off a 128-B boundary; allocators:
+cas, atomic_add, prefix_sum and racy at 1k..1M concurrent requests (racy: ids handed out
+twice); pre-allocation: N device_array calls vs one pool. Median of CUDA event times.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -45,6 +43,7 @@ FULL = {
     "requests": [1_000, 10_000, 100_000, 1_000_000],
     "prealloc": [256, 4096],
 }
+SECTION_S = {"layouts": 20, "alignment": 10, "allocators": 15, "prealloc": 5}  # GPU seconds
 # context 10: three scattered blocks of 4, the last one partial
 DRY = dict(
     seqs=2, context=10, kv_heads=1, group=2, dim=8, block=4, runs=1, requests=[48], prealloc=[4]
@@ -224,35 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="tiny sizes; allowed under the simulator")
     p.add_argument("--out", help="write the JSON here as well as to stdout")
     args = p.parse_args(argv)
-    on_gpu = cuda_kernels.backend() == "gpu"
-    if not on_gpu and not args.dry_run:
-        print(
-            "gpu_labs: no GPU (running on the simulator); refusing to time anything. "
-            "Use --dry-run to check that the script runs.",
-            file=sys.stderr,
-        )
+    if common.refuses("gpu_labs", args.dry_run):
         return 2
     result = run(args.dry_run)
     text = json.dumps(result, indent=1, default=str)
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        Path(args.out).write_text(text + "\n")
     return 0
 
 
-# Seconds a section may need on a GPU: with a time guard (`left`), a section starts only
-# if this much is left, else it is listed in "skipped" (gpu_attention's labs phase).
-SECTION_S = {"layouts": 20, "alignment": 10, "allocators": 15, "prealloc": 5}
-
-
 def run(dry_run: bool, left=None) -> dict:
-    """Every 3.7 lab measurement as one JSON-ready dict (timings only on a GPU). `left`,
-    when given, returns the seconds left to this run: a section that would not fit is
-    skipped and named in result["skipped"]."""
-    on_gpu = cuda_kernels.backend() == "gpu"
+    """Every 3.7 lab measurement as one JSON-ready dict (timings only on a GPU); with `left`
+    (seconds left), a section that would not fit is named in result["skipped"] instead."""
+    timed = cuda_kernels.backend() == "gpu"
     cfg = DRY if dry_run else FULL
-    timed = on_gpu
     rng = np.random.default_rng(0)
     began = time.perf_counter()
     problem = _problem(cfg, rng)
@@ -260,7 +245,7 @@ def run(dry_run: bool, left=None) -> dict:
         "backend": cuda_kernels.backend(),
         "dry_run": dry_run,
         "config": cfg,
-        "device": cuda.get_current_device().name.decode() if on_gpu else None,
+        "device": common.device_name() if timed else None,
         "skipped": [],
     }
     sections = {

@@ -1,20 +1,17 @@
 """The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder` timed on one
 decode batch, as % of the read roofline (a read-only kernel over the same K/V bytes).
 
-LADDER_CASE's K/V are 268 MB, over 5x the L2, so every launch reads HBM; rungs 1-4 (slow
-by design) are timed on SMALL_CASE with their own roofline row. Each rung is first checked
-on the device against the float64 reference (an unchecked rung is never timed), then timed
-through `Rung.launch` on a case validated once (`ladder.launch.prepare`: host checks outside
-the timing). The time guard (`left`) is checked before every sample, so a slow rung loses
-samples, never the rungs after it. Each row carries the share cuda_kernels/README.md
-predicts (`Rung.predicted_pct`) and whether it held (`prediction`).
+LADDER_CASE's K/V are 268 MB, over 5x the L2; rungs 1-4 (slow by design) are timed on
+SMALL_CASE. Each rung is checked against the float64 reference before it is timed through
+`Rung.launch` (host checks done once, outside the timing), and the time guard is checked
+before every sample. Each row carries the share cuda_kernels/README.md predicts.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
 
 import numpy as np
 
-from cuda_kernels import attention, reference
+from cuda_kernels import reference
 from cuda_kernels.ladder import RUNGS
 from cuda_kernels.ladder.launch import prepare
 from numba import cuda
@@ -48,25 +45,14 @@ def check_rung(rung, rng, dry: bool) -> bool:
 def batch(rng, c: dict, runs: int, timed: bool) -> dict:
     """Device buffers of one case (rotated copies of the cache), the validated cases the
     rungs launch on, and the roofline's time over the same bytes."""
-    per_seq = c["context"] // c["block_size"]
-    num_blocks = c["batch"] * per_seq
-    kv_bytes = c["batch"] * c["context"] * c["kv_heads"] * c["head_dim"] * 2
-    kv_bytes *= np.dtype(c["dtype"]).itemsize
-    shape = (num_blocks, 2, c["kv_heads"], c["block_size"], c["head_dim"])
-    caches = [
-        common.filled(rng, shape, c["dtype"])
-        for _ in range(common.rotation(kv_bytes) if timed else 1)
-    ]
+    shape = (c[k] for k in ("batch", "context", "kv_heads", "head_dim", "dtype"))
+    kv = common.paged_kv(rng, *shape, timed, c["block_size"])
     query = rng.standard_normal((c["batch"], c["heads"], c["head_dim"])).astype(c["dtype"])
     query = cuda.to_device(query)
-    perm = rng.permutation(num_blocks).reshape(c["batch"], per_seq).astype(np.int32)
-    table, lens = cuda.to_device(perm), cuda.to_device(np.full(c["batch"], c["context"], np.int32))
-    blocks, threads = (8 * attention.sm_count(), 256) if timed else (2, 16)
-    roofs = [common.read_roofline_launch(k.reshape(k.size), blocks, threads) for k in caches]
     return {
-        "kv_bytes": kv_bytes,
-        "roofline_ms": common.time_ms(roofs, runs, timed),
-        "cases": [prepare(query, k, table, lens, None) for k in caches],
+        "kv_bytes": kv.kv_bytes,
+        "roofline_ms": common.roofline_ms(kv.caches, runs, timed),
+        "cases": [prepare(query, k, kv.table, kv.lens, None) for k in kv.caches],
     }
 
 

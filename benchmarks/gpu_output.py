@@ -1,9 +1,6 @@
-"""Where the GPU run writes: one folder, because the lent GPU machine returns only $OUT.
-
-    folder = out_dir(argv)      --out DIR, else $OUT, else ./out (git-ignored)
-    tee(folder)                 from now on stdout and stderr also go to folder/log.txt
-
-Imports no numba: the log starts before the preflight.
+"""Where the GPU run writes: one folder (--out DIR, else $OUT, else ./out), because the lent
+GPU machine returns only $OUT; `tee` copies everything printed to its log.txt. Imports no
+numba: the log starts before the preflight.
 """
 
 from __future__ import annotations

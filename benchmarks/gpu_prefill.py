@@ -1,21 +1,16 @@
-"""The paged-prefill row of the GPU benchmark (`gpu_attention.py` runs it).
+"""The paged-prefill row of the GPU benchmark (`gpu_attention.py` runs it), and its peers.
 
 A batch of prompts, each with `new` new tokens behind a cached prefix of `prefix` tokens
-(a prefix-cache hit), GQA, block_size 16, a shuffled block table; launched through
-`prefill.launcher` (the launch `paged_prefill` makes, without its host checks). Every path
-is first checked on the device on a small ragged batch against `reference_prefill`
-(float64, NaN-poisoned output); an unchecked configuration is never timed.
-
-FLOPs: 4 x head_dim per (query head, attended position) (q.k and p.v; no softmax), where
-query token i of a prompt attends prefix + i + 1 positions. The row times path="auto" and
+(a prefix-cache hit), GQA, block_size 16, a shuffled block table, launched through
+`prefill.launcher` (no host checks). FLOPs: 4 x head_dim per (query head, attended
+position); query token i attends prefix + i + 1 positions. The row times path="auto" and
 says which kernel it ran (`path_ran`); `fp16_out` is the same with out_dtype=float16, what
 SDPA writes (the SDPA target compares it); `by_path` times each fixed path; the peers'
-rows (`gpu_common.prefill_peer_rows`) follow.
+rows (torch SDPA, flash_attn, FlashInfer) follow.
 
-The wgmma row (`wgmma_row`, never yet run on a GPU) runs in a child process with a timeout
-(WGMMA_TIMEOUT_S), so that a fault or a hang cannot take the benchmark down: it is first
-compared with the tensor path's output on the timed shape, then checked against the
-float64 reference, and only then timed.
+The wgmma row (`wgmma_row`) runs in a child process with a timeout (WGMMA_TIMEOUT_S), so
+that a fault or a hang cannot take the benchmark down: it is compared with the tensor
+path's output on the timed shape, checked against the float64 reference, then timed.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -77,20 +72,12 @@ class Problem(NamedTuple):
 
 def problem(rng, case, dim: int, timed: bool) -> Problem:
     batch, new, prefix, heads, kv_heads, dtype = case
-    per_seq = -(-(prefix + new) // BLOCK_SIZE)  # whole blocks per sequence
-    num_blocks = batch * per_seq
-    kv_bytes = 2 * batch * (prefix + new) * kv_heads * dim * np.dtype(dtype).itemsize
-    caches = [
-        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
-        for _ in range(common.rotation(kv_bytes) if timed else 1)
-    ]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    kv = common.paged_kv(rng, batch, prefix + new, kv_heads, dim, dtype, timed, BLOCK_SIZE)
     query = common.filled(rng, (batch * new, heads, dim), dtype)
-    lens = cuda.to_device(np.full(batch, prefix + new, np.int32))
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
-    on_device = prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64))
+    on_device = prefill.PrefillBatch(kv.table, kv.lens, starts, np.full(batch, new, np.int64))
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
-    return Problem(caches, query, on_device, kv_bytes, 4 * dim * heads * attended)
+    return Problem(kv.caches, query, on_device, kv.kv_bytes, 4 * dim * heads * attended)
 
 
 def launches(p: Problem, dim: int, out, path: str) -> list:
@@ -157,7 +144,71 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
             + [timed_path(path) for path in PATHS]
             + [wgmma_row(p.caches[0], case, dim, runs, timed, dry)],
         }
-    ] + common.prefill_peer_rows(case, dim, runs, timed, p.flops)
+    ] + peer_rows(case, dim, runs, timed, p.flops)
+
+
+def _peers(case, dim: int) -> dict:
+    """{name: launch} of the prefill peers importable here, on contiguous K/V with the
+    bottom-right causal mask of a cached prefix (query token i sees prefix + i + 1 keys)."""
+    import torch
+    import torch.nn.functional as F
+
+    batch, new, prefix, heads, kv_heads, dtype = case
+    ctx, tdtype = prefix + new, getattr(torch, dtype)
+    q = torch.randn(batch, heads, new, dim, device="cuda", dtype=tdtype)  # [B, H, L, D]
+    k, v = torch.randn(2, batch, kv_heads, ctx, dim, device="cuda", dtype=tdtype)
+    peers = {}
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = causal_lower_right(new, ctx)
+
+        def sdpa():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+        peers["torch_sdpa_flash"] = sdpa
+    except ImportError:
+        pass
+    try:
+        from flash_attn import flash_attn_func  # [B, L, H, D]; causal is bottom-right (>= 2.1)
+
+        qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        peers["flash_attn"] = lambda: flash_attn_func(qf, kf, vf, causal=True)
+    except ImportError:
+        pass
+    try:
+        import flashinfer  # one prompt at a time: [L, H, D]
+
+        per = [[x[b].transpose(0, 1).contiguous() for x in (q, k, v)] for b in range(batch)]
+        peers["flashinfer_single_prefill"] = lambda: [
+            flashinfer.single_prefill_with_kv_cache(*qkv, causal=True) for qkv in per
+        ]
+    except ImportError:
+        pass
+    return peers
+
+
+def peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list[dict]:
+    """Timed rows of the importable peers; a peer that fails says why in its row. None
+    without a GPU or torch: absent, never made up."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not timed or not torch.cuda.is_available():
+        return []
+    rows = []
+    for name, launch in _peers(case, dim).items():
+        row = {"kernel": name, "layout": "contiguous", "peer": True, "flop": flop}
+        try:
+            torch.cuda.synchronize()
+            row.update(timings(flop, common.time_ms(launch, runs, timed)))
+        except Exception as error:  # noqa: BLE001  (a peer's failure loses only its row)
+            row.update(median_ms=None, error=f"{type(error).__name__}: {error}")
+        rows.append(row)
+    return rows
 
 
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
@@ -195,12 +246,10 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     rng = np.random.default_rng(24)
     batch, new, _, heads, kv_heads, dtype = case
     p = problem(rng, case, dim, timed)
-    outs = {
-        path: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
-        for path in ("tensor", "wgmma")
-    }
-    launches(p, dim, outs["tensor"], "tensor")[0]()
-    launches(p, dim, outs["wgmma"], "wgmma")[0]()
+    outs = {}
+    for path in ("tensor", "wgmma"):  # NaN-poisoned outputs
+        outs[path] = cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
+        launches(p, dim, outs[path], path)[0]()
     cuda.synchronize()
     want, got = outs["tensor"].copy_to_host(), outs["wgmma"].copy_to_host()
     diff = float(np.abs(got - want).max()) if np.isfinite(got).all() else float("inf")

@@ -1,17 +1,14 @@
 """Preflight of the GPU run: what this machine has, what can run on it, and the fix.
 
     python benchmarks/gpu_preflight.py [--install]   # prints; exits 0, or 3 when it cannot run
-    gpu_attention.py runs `require(install_wheels=True)` before anything imports numba.cuda.
 
-Everything is read without importing numba.cuda (the driver and runtime through ctypes,
-the packages through importlib.metadata), so an old numba-cuda cannot break the preflight.
-benchmarks/README.md states the floors (FLOORS: a stop, exit 3, one line with the fix), the
-warnings, and the offline install from the carried wheels (benchmarks/wheels/pyX.Y), after
-which the script starts again (os.execv).
-
-Rehearsal without a GPU: PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10,driver=12.4"
-replaces what is installed (any PACKAGES name, python, driver); the install is then
-resolved offline for the faked Python (`pip install --dry-run --target`), never made.
+Nothing here imports numba.cuda (the driver and runtime are read through ctypes, the
+packages through importlib.metadata), so an old numba-cuda cannot break it; gpu_attention.py
+runs `require(install_wheels=True)` first. benchmarks/README.md states the floors (a stop,
+exit 3, one line with the fix), the warnings, and the offline install from the carried
+wheels, after which the script starts again. PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,
+python=3.10,driver=12.4" replaces what is installed; the install is then resolved offline
+for the faked Python (`pip install --dry-run --target`), never made.
 """
 
 from __future__ import annotations
@@ -49,13 +46,12 @@ INSTALLED_ENV = "PAGEDSIM_PREFLIGHT_INSTALLED"  # set for the fresh interpreter 
 
 
 def parse(version: str | None) -> tuple:
-    """(major, minor, patch) of a version string; () for None or an unparsable one."""
+    """(major, minor, patch); () for None or an unparsable string."""
     m = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version or "")
     return tuple(int(x or 0) for x in m.groups()) if m else ()
 
 
 def fakes() -> dict:
-    """PAGEDSIM_FAKE_VERSIONS as {name: version or None}."""
     out = {}
     for item in filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(",")):
         name, _, version = item.partition("=")
@@ -75,8 +71,8 @@ def installed() -> dict:
 
 
 def tested(pyproject: Path = ROOT / "pyproject.toml") -> dict:
-    """{package: version}: numba and numba-cuda as pyproject.toml's dependencies name them,
-    the versions the kernels are tested with (below them the run warns, not stops)."""
+    """{package: version} of numba and numba-cuda in pyproject.toml's dependencies: what the
+    kernels are tested with (below them the run warns, not stops)."""
     text = pyproject.read_text()
     bounds = {}
     for name in ("numba", "numba-cuda"):
@@ -196,8 +192,7 @@ def _driver() -> dict:
 
 
 def _runtime() -> str | None:
-    """The CUDA runtime version (libcudart, wherever the loader or the nvidia wheels put
-    it), or None."""
+    """The CUDA runtime's version (libcudart, from the loader or the nvidia wheels), or None."""
     names = ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
     try:
         import nvidia
@@ -238,8 +233,7 @@ def report(isa: bool = True) -> dict:
 
 
 def wgmma_ok(found: dict | None = None) -> bool:
-    """Whether this numba-cuda (`found`, else the installed one, faked or not) can build the
-    sm_90a wgmma kernel."""
+    """Whether numba-cuda (of `found`, else installed, faked or not) builds the sm_90a wgmma."""
     return parse((found or installed()).get("numba-cuda")) >= parse(WGMMA_FLOOR)
 
 
@@ -285,10 +279,9 @@ def install(info: dict, stream) -> bool:
 
 
 def require(stream=None, install_wheels: bool = False) -> dict:
-    """Print the preflight (to `stream`, default: sys.stderr as it is now, a log's tee
-    included); with install_wheels, fix a stop from the carried wheels (then start this
-    script again, or in a rehearsal go on); exit EXIT_TOO_OLD with one line when it
-    cannot run."""
+    """Print the preflight to `stream` (default: sys.stderr as it is now, a log's tee
+    included); with install_wheels, fix a stop from the carried wheels (then start again,
+    or in a rehearsal go on); exit EXIT_TOO_OLD with one line when it cannot run."""
     stream = stream or sys.stderr
     info = report()
     shown = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("floors", "tested"))
@@ -313,14 +306,5 @@ def require(stream=None, install_wheels: bool = False) -> dict:
     return info
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        require(sys.stdout, install_wheels="--install" in argv)
-    except SystemExit as stop:
-        return int(stop.code)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    require(sys.stdout, install_wheels="--install" in sys.argv[1:])  # SystemExit(3): a stop

@@ -2,11 +2,8 @@
 
     python benchmarks/gpu_rehearsal.py [--fake numba-cuda=0.20.1,python=3.10] [--keep DIR]
 
-It copies what the GPU machine receives (`git ls-files` plus CARRY) into a scratch folder,
-runs COMMAND there with --dry-run, OUT set and PAGEDSIM_FAKE_VERSIONS (the preflight then
-rehearses the offline install), and checks the size, that nothing was written outside
-$OUT, and that $OUT holds r.json, r.md and log.txt with the install and the summary
-(benchmarks/README.md, "The rehearsal"). One line per check; exit 0 when all hold.
+Runs COMMAND with --dry-run in a scratch copy of what the GPU machine receives and checks
+it (benchmarks/README.md, "The rehearsal"): one line per check; exit 0 when all hold.
 """
 
 from __future__ import annotations
