@@ -7,9 +7,7 @@ functions run the script inside the capstone's WorkspaceManager (capstone.py).
 
 from __future__ import annotations
 
-import importlib.util
-
-from course.ch03_kv_block.capstone import Workspace
+from course.ch03_kv_block.capstone import Workspace, load_module
 from course.ch03_kv_block.lessons import NeedsExercise, verdict
 from pagedsim import BlockPool, KVCacheManager, story
 
@@ -31,16 +29,11 @@ def _yours_or_reference(exercise_id: str, probe):
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex) or ex.path("stub")
-    for field, path, who in (
-        ("yours", mine, f"yours ({mine.name})"),
-        ("ref", ex.path("solution"), "the reference"),
-    ):
+    for path, who in ((mine, f"yours ({mine.name})"), (ex.path("solution"), "the reference")):
         if not path.is_file():  # a student build has no solutions
             continue
-        spec = importlib.util.spec_from_file_location(f"_lesson_{field}_{exercise_id}", path)
-        module = importlib.util.module_from_spec(spec)
         try:
-            spec.loader.exec_module(module)
+            module = load_module(exercise_id, path)
             probe(module)
             return module, who
         except NotImplementedError:
