@@ -122,28 +122,25 @@ def test_locate_and_slot_agree_with_the_block_table(impl, case):
         )
 
 
-def dense_reference(query, keys, values, scale):
-    """softmax(q k^T * scale) v per head, in float64, from K/V already in logical order."""
-    group = query.shape[0] // keys.shape[1]
-    k = np.repeat(keys, group, axis=1).astype(np.float64)  # [T, H, D]
-    v = np.repeat(values, group, axis=1).astype(np.float64)
+def dense_reference(query, keys, values, scale, *, heads=None, shift=1, norm=1, weigh_keys=False):
+    """softmax(q k^T * scale) v per head, in float64, from K/V already in logical order. The
+    keywords make the common slips (_slips): another KV head per query head, the softmax's
+    maximum or sum over the heads axis (0) instead of the tokens (1), the keys weighed."""
+    H, H_kv = query.shape[0], keys.shape[1]
+    heads = np.arange(H) // (H // H_kv) if heads is None else heads
+    k, v = keys.astype(np.float64)[:, heads], values.astype(np.float64)[:, heads]  # [T, H, D]
     s = np.einsum("hd,thd->ht", query.astype(np.float64), k) * scale  # [H, T]
-    p = np.exp(s - s.max(axis=1, keepdims=True))
-    return np.einsum("ht,thd->hd", p / p.sum(axis=1, keepdims=True), v)
+    p = np.exp(s - s.max(axis=shift, keepdims=True))
+    return np.einsum("ht,thd->hd", p / p.sum(axis=norm, keepdims=True), k if weigh_keys else v)
 
 
 def _slips(query, keys, values, scale):
     """What common slips compute, by name: the mistake in the student's words -> its result."""
     H, H_kv = query.shape[0], keys.shape[1]
-    q = query.astype(np.float64)
-    right = np.arange(H) // (H // H_kv)
-    k, v = keys.astype(np.float64), values.astype(np.float64)
 
-    def attend(s, kv_head=right, norm_axis=1, shift_axis=1, vals=v):
-        p = np.exp(s - s.max(axis=shift_axis, keepdims=True))
-        return np.einsum("ht,thd->hd", p / p.sum(axis=norm_axis, keepdims=True), vals[:, kv_head])
+    def slip(scale=scale, **how):
+        return dense_reference(query, keys, values, scale, **how)
 
-    logits = np.einsum("hd,thd->ht", q, k[:, right]) * scale  # [H, T]
     return {
         say(
             "the softmax's maximum is taken over the heads axis (axis 0) instead of the tokens "
@@ -151,32 +148,29 @@ def _slips(query, keys, values, scale):
             "wrong",
             "softmax 的最大值是沿头的轴（axis 0）取的，而不是沿 token（[H, T] logits 的 axis 1）："
             "每个 token 的平移不同，权重因此出错",
-        ): attend(logits, shift_axis=0),
+        ): slip(shift=0),
         say(
             "the weights are normalised over the heads axis (axis 0) instead of the tokens "
             "(axis 1 of the [H, T] logits)",
             "权重是沿头的轴（axis 0）归一化的，而不是沿 token（[H, T] logits 的 axis 1）",
-        ): attend(logits, norm_axis=0),
+        ): slip(norm=0),
         say(
             "query head h reads KV head h % H_kv; with grouped-query attention it is "
             "h // (H // H_kv)",
             "查询头 h 读的是 KV 头 h % H_kv；分组查询注意力中应是 h // (H // H_kv)",
-        ): attend(
-            np.einsum("hd,thd->ht", q, k[:, np.arange(H) % H_kv]) * scale,
-            kv_head=np.arange(H) % H_kv,
-        ),
+        ): slip(heads=np.arange(H) % H_kv),
         say(
             "the logits are not scaled (the default scale is 1/sqrt(D))",
             "logits 没有缩放（默认 scale 是 1/sqrt(D)）",
-        ): attend(logits / scale),
+        ): slip(scale=1.0),
         say(
             "the logits are scaled by 1/D instead of 1/sqrt(D)",
             "logits 乘的是 1/D，而不是 1/sqrt(D)",
-        ): attend(logits * scale),
+        ): slip(scale=scale * scale),
         say(
             "the weights multiply the keys, not the values (index 1 of the cache's K/V axis)",
             "权重乘的是 K 而不是 V（V 在缓存 K/V 轴的下标 1）",
-        ): attend(logits, vals=k),
+        ): slip(weigh_keys=True),
     }
 
 

@@ -424,12 +424,9 @@ def run_two_beams(impl, rng, write, copy, attend):
     bt = np.array([tables[s] + [0] * (width - len(tables[s])) for s in "AB"], np.int32)
     got = attend(query, cache, bt, np.array([len(history[s]) for s in "AB"], np.int32))
     want = []
-    for s, seq in enumerate(("A", "B")):
-        kv = np.asarray(history[seq], np.float64)  # [T, 2, H_kv, D]
-        k, v = np.repeat(kv[:, 0], heads // kv_heads, 1), np.repeat(kv[:, 1], heads // kv_heads, 1)
-        logits = np.einsum("hd,thd->ht", query[s].astype(np.float64), k) / np.sqrt(d)
-        p = np.exp(logits - logits.max(1, keepdims=True))
-        want.append(np.einsum("ht,thd->hd", p / p.sum(1, keepdims=True), v))
+    for s, seq in enumerate("AB"):  # each beam's own tokens, in order: blocks of 1, table 0..T-1
+        kv = np.asarray(history[seq])[:, :, :, None]  # [T, 2, H_kv, 1, D]
+        want.append(reference_attention(query[s : s + 1], kv, [range(len(kv))], [len(kv)])[0])
     return np.asarray(got, np.float64), np.asarray(want)
 
 

@@ -20,9 +20,7 @@ def spec(key, slot_mapping, k_cache):
     return {"k_cache": k_cache}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     T: int  # tokens
     D: int  # head_dim
     spare_slots: int  # cache slots no token maps to

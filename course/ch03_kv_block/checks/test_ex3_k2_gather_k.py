@@ -28,9 +28,7 @@ def spec(k_cache, block_table, out):
     return {"out": out}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     B: int  # block_size
     D: int  # head_dim
     L: int  # the sequence's length

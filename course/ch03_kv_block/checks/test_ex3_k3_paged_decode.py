@@ -33,9 +33,7 @@ def spec(q, k_cache, v_cache, block_table, context_len, out):
     return {"out": out}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     H: int  # heads
     B: int  # block_size
     D: int  # head_dim

@@ -22,9 +22,7 @@ def spec(o1, lse1, o2, lse2, out, lse_out):
     return {"out": out, "lse_out": lse_out}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     H: int  # heads
     D: int  # head_dim
     base: float  # lse1 is about base, lse2 about base +- gap

@@ -18,9 +18,7 @@ def spec(cache, pairs):
     return {"cache": cache}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     N: int  # blocks in the cache
     B: int  # block_size
     D: int  # head_dim

@@ -20,9 +20,7 @@ def spec(params, dropped):
     return {"dropped": dropped}
 
 
-class Case(NamedTuple):
-    """One case: `build(case)` makes its arrays, the same ones every time."""
-
+class Case(NamedTuple):  # `build(case)` makes its arrays, the same ones every time
     n: int  # tokens in the sequence
     w: int  # sliding_window
     B: int  # block_size

@@ -14,7 +14,6 @@ student's own workspace file once it is written.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 
 
@@ -43,17 +42,13 @@ def reference(exercise_id: str):
         pass
     mine = workspace.find(ex)
     if mine is not None:
-        spec = importlib.util.spec_from_file_location(
-            f"_lesson_yours_{exercise_id.replace('.', '_')}", mine
-        )
-        module = importlib.util.module_from_spec(spec)
+        from course.ch03_kv_block.capstone import YourCodeFailed, load_module
+
         try:
-            spec.loader.exec_module(module)
-            return module
-        except Exception as e:  # noqa: BLE001 - a half-written file: say so below
+            return load_module(exercise_id, mine)
+        except YourCodeFailed as e:  # a half-written file: say so
             raise NeedsExercise(
-                f"this part of the demo runs exercise {exercise_id}'s code; yours "
-                f"raised {type(e).__name__}: {e}"
+                f"this part of the demo runs exercise {exercise_id}'s code; {e}"
             ) from e
     raise NeedsExercise(
         f"this part of the demo runs exercise {exercise_id}'s code: write it in "

@@ -1,16 +1,15 @@
 """Lesson 3.6: the core flow diagram, drawn from a real trace of your own pool.
 
 The scenario's fork and copy-on-write follow vLLM v0's block manager; v1 has neither
-(it shares full blocks through the prefix cache, see lesson 3.4).
+(it shares full blocks through the prefix cache, see lesson 3.4). Your 3.4a pool and 3.4b
+functions run the script inside the capstone's WorkspaceManager (capstone.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
-
+from course.ch03_kv_block.capstone import Workspace, load_module
 from course.ch03_kv_block.lessons import NeedsExercise, verdict
-from pagedsim import KVCacheManager, story
-from pagedsim.trace import SeqState, Snapshot
+from pagedsim import BlockPool, KVCacheManager, story
 
 BLOCK_SIZE = 4
 SCRIPT = [
@@ -30,16 +29,11 @@ def _yours_or_reference(exercise_id: str, probe):
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex) or ex.path("stub")
-    for field, path, who in (
-        ("yours", mine, f"yours ({mine.name})"),
-        ("ref", ex.path("solution"), "the reference"),
-    ):
+    for path, who in ((mine, f"yours ({mine.name})"), (ex.path("solution"), "the reference")):
         if not path.is_file():  # a student build has no solutions
             continue
-        spec = importlib.util.spec_from_file_location(f"_lesson_{field}_{exercise_id}", path)
-        module = importlib.util.module_from_spec(spec)
         try:
-            spec.loader.exec_module(module)
+            module = load_module(exercise_id, path)
             probe(module)
             return module, who
         except NotImplementedError:
@@ -54,64 +48,9 @@ def _yours_or_reference(exercise_id: str, probe):
     )
 
 
-class _Adapter:
-    """3.4b's functions speak pagedsim.BlockPool; this lends that API to a 3.4a pool."""
-
-    def __init__(self, pool):
-        self.pool = pool
-        self.allocate, self.incref, self.free = pool.allocate, pool.incref, pool.free
-
-    def ref_count(self, b):
-        return self.pool.ref[b]
-
-
-def own_snapshots(pool_mod, cow_mod, num_gpu_blocks=8):
-    pool = _Adapter(pool_mod.FreeListPool(num_gpu_blocks))
-    tables, lengths, snaps = {}, {}, []
-
-    def record(step, caption):
-        fill = [0] * num_gpu_blocks
-        for s, t in tables.items():
-            for i, b in enumerate(t):
-                fill[b] = max(fill[b], min(BLOCK_SIZE, lengths[s] - i * BLOCK_SIZE))
-        snaps.append(
-            Snapshot(
-                step,
-                caption,
-                (),
-                num_gpu_blocks,
-                BLOCK_SIZE,
-                tuple(pool.pool.free_list()),
-                tuple(pool.pool.ref),
-                tuple(fill),
-                tuple(SeqState(s, tuple(t), lengths[s]) for s, t in tables.items()),
-            )
-        )
-
-    record(0, f"a pool of {num_gpu_blocks} blocks x {BLOCK_SIZE} tokens, all free")
-    for step, (op, seq, arg) in enumerate([(*s, None)[:3] for s in SCRIPT], 1):
-        if op in ("add", "append"):
-            tables.setdefault(seq, [])
-            lengths.setdefault(seq, 0)
-            copies = []
-            for _ in range(arg):
-                cow_mod.slot_for_append(pool, tables[seq], lengths[seq], BLOCK_SIZE, copies)
-                lengths[seq] += 1
-            caption = f"seq {seq} {'arrives with' if op == 'add' else 'appends'} {arg} token(s)"
-            caption += f"; copy-on-write (v0) {copies}" if copies else ""
-        elif op == "fork":
-            tables[arg], lengths[arg] = cow_mod.fork(pool, tables[seq]), lengths[seq]
-            caption = f"seq {arg} forks from seq {seq} (v0 fork)"
-        else:
-            cow_mod.free_table(pool, tables.pop(seq))
-            del lengths[seq]
-            caption = f"seq {seq} finishes"
-        record(step, caption)
-    return snaps
-
-
-def manager_snapshots():
-    m = KVCacheManager(8, BLOCK_SIZE)
+def manager_snapshots(m=None):
+    """SCRIPT's snapshots on `m` (pagedsim's own KVCacheManager unless another is given)."""
+    m = KVCacheManager(8, BLOCK_SIZE) if m is None else m
     calls = {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}
     for op, seq, *rest in SCRIPT:
         calls.get(op, m.free_sequence)(seq, *rest)  # "free" is the rest
@@ -143,9 +82,7 @@ def demo(out_dir) -> None:
     import matplotlib.pyplot as plt
 
     pool_mod, who_pool = _yours_or_reference("3.4a", lambda m: m.FreeListPool(2).allocate())
-    cow_mod, who_cow = _yours_or_reference(
-        "3.4b", lambda m: m.fork(_Adapter(pool_mod.FreeListPool(2)), [])
-    )
+    cow_mod, who_cow = _yours_or_reference("3.4b", lambda m: m.fork(BlockPool(2, BLOCK_SIZE), []))
 
     def probe_draw(m):
         fig, ax = m.new_axes(manager_snapshots()[1])
@@ -160,7 +97,7 @@ def demo(out_dir) -> None:
         f"{who_draw} (3.6)"
     )
     try:
-        snaps = own_snapshots(pool_mod, cow_mod)
+        snaps = manager_snapshots(Workspace(pool_mod, cow_mod).manager(8, BLOCK_SIZE))
     except Exception as e:  # a half-finished exercise: say so and draw the reference run instead
         print(
             f"your pool or copy-on-write raised {type(e).__name__}: {e} -- run `pagedsim check "
