@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..attention import paged_attention
 from ..mask import ScoreMask
-from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
+from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM
 
 NAME = "production"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
@@ -57,9 +57,9 @@ ADDS = (
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 127, "def choose_path("),
-    ("the split plan: cost", "attention.py", 177, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 187, "def choose_partition("),
+    ("the split plan: path", "attention.py", 120, "def choose_path("),
+    ("the split plan: cost", "attention.py", 167, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 176, "def choose_partition("),
 )
 
 
@@ -70,11 +70,6 @@ def __getattr__(name):
 
         return make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     raise AttributeError(name)
-
-
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D]: `paged_attention(...)`, mode and path "auto"."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
 
 
 def launch(case):
