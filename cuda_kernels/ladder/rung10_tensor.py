@@ -32,7 +32,6 @@ import math
 
 from numba import cuda, float32, uint32
 
-from .. import _checks as ck
 from ..primitives import (
     cp_async16,
     cp_async_commit,
@@ -195,14 +194,7 @@ def launch(case, partition_size=PARTITION):
         raise ValueError(f"query: {NAME} serves at most 16 query heads per KV head")
     if not case.cache.is_c_contiguous():
         raise ValueError(f"kv_cache: {NAME} needs a contiguous cache")
-    part = ck.require_int("partition_size", partition_size, 1)
-    num_parts = -(-int(case.host_lens.max()) // part)
-    grid = ck.require_grid(
-        NAME, (case.num_kv_heads, case.num_seqs, num_parts), ("KV heads", "sequences", "partitions")
-    )
-    shape = (case.num_seqs, case.num_heads)
-    partial = case.output(*shape, num_parts, case.head_dim)
-    m, l = case.output(*shape, num_parts), case.output(*shape, num_parts)  # noqa: E741
+    part, grid, partial, m, l = case.split(partition_size, NAME)  # noqa: E741
     kernel_for(case.head_dim)[grid, 32](
         case.cache, case.query, case.tables, case.lens, float32(case.scale), partial, m, l, part
     )

@@ -64,12 +64,8 @@ kernel = naive_decode
 
 
 def launch(case):
-    out = case.output()
     rows = case.num_seqs * case.num_heads
-    naive_decode[-(-rows // THREADS), THREADS](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
-    )
-    return case.result(out)
+    return case.run(naive_decode, -(-rows // THREADS), THREADS)
 
 
 def ptx_spec(sig):

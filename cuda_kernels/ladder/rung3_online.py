@@ -69,12 +69,8 @@ kernel = online_decode
 def launch(case):
     if case.head_dim > MAX_THREADS:
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
-    out = case.output()
     threads = max(32, pow2_at_least(case.head_dim))
-    online_decode[(case.num_heads, case.num_seqs), threads](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
-    )
-    return case.result(out)
+    return case.run(online_decode, (case.num_heads, case.num_seqs), threads)
 
 
 def ptx_spec(sig):

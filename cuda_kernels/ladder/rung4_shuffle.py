@@ -76,12 +76,8 @@ kernel = shuffle_decode
 def launch(case):
     if case.head_dim > MAX_THREADS:
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
-    out = case.output()
     threads = 32 * -(-case.head_dim // 32)
-    shuffle_decode[(case.num_heads, case.num_seqs), threads](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
-    )
-    return case.result(out)
+    return case.run(shuffle_decode, (case.num_heads, case.num_seqs), threads)
 
 
 def ptx_spec(sig):

@@ -163,11 +163,8 @@ def launch(case, kernels=None, name=NAME):
     """`kernels` and `name` (rung 6's): {fp16: kernel} of the same
     signature, and the rung a refusal names."""
     lanes = case.require_vector_rows(name)
-    out = case.output()
-    (kernels or _kernels)[case.dtype.itemsize == 2][(case.num_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
-    )
-    return case.result(out)
+    kern = (kernels or _kernels)[case.dtype.itemsize == 2]
+    return case.run(kern, (case.num_heads, case.num_seqs), 32, lanes)
 
 
 def ptx_spec(sig):

@@ -133,12 +133,8 @@ def require_group(case, rung: str) -> int:
 
 def launch(case):
     lanes = case.require_vector_rows(NAME)
-    out = case.output()
     kern = kernel_for(require_group(case, NAME), case.dtype.itemsize == 2)
-    kern[(case.num_kv_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
-    )
-    return case.result(out)
+    return case.run(kern, (case.num_kv_heads, case.num_seqs), 32, lanes)
 
 
 def ptx_spec(sig):

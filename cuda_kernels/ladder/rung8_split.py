@@ -24,7 +24,6 @@ from collections import namedtuple
 
 from numba import cuda, float32
 
-from .. import _checks as ck
 from .launch import REPORT_GROUP
 from .rung5_vector import lane_sum, load16, unpack16
 from .rung7_gqa import require_group
@@ -228,14 +227,7 @@ def launch(case, partition_size=PARTITION, kernels=None, name=NAME):
     same kernel signature, (group, fp16) -> kernel, and the rung a refusal names."""
     lanes = case.require_vector_rows(name)
     group = require_group(case, name)
-    part = ck.require_int("partition_size", partition_size, 1)
-    num_parts = -(-int(case.host_lens.max()) // part)
-    grid = ck.require_grid(
-        name, (case.num_kv_heads, case.num_seqs, num_parts), ("KV heads", "sequences", "partitions")
-    )
-    shape = (case.num_seqs, case.num_heads)
-    partial = case.output(*shape, num_parts, case.head_dim)  # [S, H, P, D]
-    max_logits, exp_sums = case.output(*shape, num_parts), case.output(*shape, num_parts)
+    part, grid, partial, max_logits, exp_sums = case.split(partition_size, name)
     (kernels or kernel_for)(group, case.dtype.itemsize == 2)[grid, 32](
         case.cache,
         case.query,
