@@ -9,7 +9,7 @@ Every rung has the meaning of `cuda_kernels.paged_attention` (and of the float64
 reference `cuda_kernels.reference.paged_attention`): `rung.decode(query, kv_cache,
 block_tables, context_lens, scale=None)` -> float32 [S, H, D] over the cache layout
 [num_blocks, 2, H_kv, block_size, head_dim]. A rung may refuse a shape it cannot serve
-with a ValueError naming the argument. `launch.py` holds the checks they share.
+with a ValueError naming the argument. `launch.py` holds the checks and launch they share.
 """
 
 from __future__ import annotations
