@@ -118,15 +118,3 @@ def shared_address(typingctx, array, index):
 # generic-proxy writes to shared memory (st.shared, cp.async) become visible to the async
 # proxy wgmma reads B through (PTX ISA, "Memory Consistency Model": proxies)
 fence_proxy_async = _statement("fence.proxy.async.shared::cta;")
-
-__all__ = [
-    "SHAPES",
-    "WGMMA",
-    "fence_proxy_async",
-    "shared_address",
-    "smem_desc",
-    "wgmma_commit",
-    "wgmma_fence",
-    "wgmma_wait",
-    *(f"wgmma_n{n}{'_t' if t else ''}" for n, t in WGMMA),
-]
