@@ -1,17 +1,13 @@
 """Host-side checks shared by every launcher, and host <-> device array plumbing.
 
 Every launcher validates its arguments here *before* any launch, so a kernel can trust its
-inputs (no block id, slot or token index out of range) and a refused call has changed no
-buffer. A violation names the argument (and the offending index): a TypeError for the
-wrong kind of thing (`ArgumentTypeError`, also a ValueError so older callers still catch
-it, for an array of the wrong dtype or rank), a ValueError for a wrong value (out of range,
-not finite, not representable in the kernel's int32 / float32 argument). `require_int` and
-`index_array` are the one integer and integer-array validators (lists only of ints, never
-a bool, float or string; kernel ints are int32, so values stay below 2**31).
+inputs and a refused call has changed no buffer. A violation names the argument (and the
+offending index): a TypeError for the wrong kind of thing (`ArgumentTypeError`, also a
+ValueError, for an array of the wrong dtype or rank), a ValueError for a wrong value (out
+of range, not finite, not representable in the kernel's int32 / float32 argument).
 
 Arrays may be NumPy arrays (copied to the device and, for outputs, back) or device arrays
-(used in place, a strided view such as `kv_pool[:, layer]` included); a NumPy view is
-staged through a contiguous copy and written back.
+(used in place, a strided view such as `kv_pool[:, layer]` included).
 """
 
 from __future__ import annotations
@@ -23,14 +19,11 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT32_LIMIT = 2**31  # kernel integer arguments are int32
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's max grid x, y, z (every cc >= 3.0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-# The largest |scale| a launcher accepts. The CUDA-core kernels fold scale (times log2(e)
-# in the base-2 ones) into q in float32 before the dot products; the fp16 tensor-core ones
-# multiply the float32 scores after the mma (q * scale in fp16 would overflow at 65504:
-# tests/kernels/test_scale_range.py). Either way a score is about
-# scale * |q| * |k| * head_dim; float32 ends at 2^128. With |scale| <= 2^16, an fp16 K
-# (|k| <= 65504 < 2^16) and head_dim <= 256 = 2^8, a score stays finite for any
-# |q| < 2^95, so the kernels agree with the float64 reference; past it (scale = 1e38,
-# issue 33) a score overflows to inf and inf - inf gave NaN. Real scales are ~1/sqrt(D).
+# The largest |scale| a launcher accepts. A score is about scale * |q| * |k| * head_dim
+# (the fp16 tensor-core kernels scale the float32 scores after the mma: q * scale in fp16
+# would overflow, tests/kernels/test_scale_range.py); float32 ends at 2^128. With
+# |scale| <= 2^16, an fp16 K (< 2^16) and head_dim <= 2^8, a score stays finite for any
+# |q| < 2^95; past it (scale = 1e38, issue 33) inf - inf gave NaN. Real scales: 1/sqrt(D).
 MAX_SCALE = 2.0**16
 
 
@@ -65,7 +58,7 @@ def require_shape(name: str, a, expected: tuple):
 
 
 def require_inner_contiguous(name: str, a, skip: int = 1):
-    """Dims after the first `skip` must be C-contiguous (the outer stride may be anything)."""
+    """Dims after the first `skip` must be C-contiguous."""
     item = np.dtype(a.dtype).itemsize
     expect = item
     for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]), strict=True):
@@ -83,8 +76,7 @@ def require_c_contiguous(name: str, a):
 
 def index_array(name: str, a, ndim: int):
     """A list/tuple of ints (nested `ndim` deep) -> int64 array; anything else passes
-    through for `require_array`. Floats, strings, bools and ragged rows are refused,
-    never truncated or parsed."""
+    through. Floats, strings, bools and ragged rows are refused, never parsed."""
     if not isinstance(a, (list, tuple)):
         return a
     flat = list(a)
@@ -112,7 +104,7 @@ def index_array(name: str, a, ndim: int):
 
 
 def host_ints(name: str, a, ndim: int) -> np.ndarray:
-    """Index arrays are small: read them on the host to check them (lists of ints are accepted)."""
+    """An int32/int64 index array (or list of ints) on the host, to check it."""
     a = index_array(name, a, ndim)
     require_array(name, a, ndim, (np.int32, np.int64))
     return a.copy_to_host() if is_device(a) else np.asarray(a)
@@ -136,8 +128,7 @@ def require_range(name: str, values: np.ndarray, lo: int, hi: int, what: str = "
 
 
 def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
-    """The one integer validator: an int (Python or NumPy, never a bool) in [lo, hi).
-    hi defaults to 2**31, the bound of a kernel's int32 argument; None lifts it."""
+    """An int (Python or NumPy, never a bool) in [lo, hi); hi None lifts the bound."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < lo or (hi is not None and value >= hi):
@@ -149,8 +140,7 @@ def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
 
 def require_scale(scale, head_dim: int) -> float:
     """The softmax scale as a finite float in [-MAX_SCALE, MAX_SCALE] (default
-    1/sqrt(head_dim)); a bool, a string or an array is a TypeError; NaN, inf, a value past
-    float32 or past MAX_SCALE (where a score would overflow float32) a ValueError."""
+    1/sqrt(head_dim)); not a real number: TypeError; NaN, inf or too large: ValueError."""
     if scale is None:
         return 1.0 / float(np.sqrt(head_dim))
     if isinstance(scale, (bool, np.bool_)) or not isinstance(
@@ -171,7 +161,7 @@ def require_scale(scale, head_dim: int) -> float:
 
 
 def require_out_dtype(out_dtype) -> np.dtype:
-    """An output dtype a kernel can store: float32 or float16 (ValueError naming it)."""
+    """An output dtype a kernel can store: float32 or float16."""
     try:
         dtype = np.dtype(out_dtype)
     except TypeError:
@@ -182,7 +172,7 @@ def require_out_dtype(out_dtype) -> np.dtype:
 
 
 def to_device(a, dtype=None):
-    """Device array for a kernel argument: device arrays pass through untouched."""
+    """A device array for a kernel argument (device arrays pass through)."""
     if is_device(a):
         return a
     return cuda.to_device(np.ascontiguousarray(a, dtype=dtype))
@@ -195,8 +185,8 @@ def write_back(host, dev):
 
 
 def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
-    """An attention launcher's query [rows, H, D]: float, C-contiguous, non-empty, H a
-    multiple of num_kv_heads and D the cache's. Returns its shape."""
+    """The shape of a valid query [rows, H, D]: float, C-contiguous, non-empty, H a
+    multiple of num_kv_heads and D the cache's."""
     require_array("query", query, 3, FLOAT_DTYPES)
     require_c_contiguous("query", query)
     rows, num_heads, q_dim = shape_of(query)
@@ -212,10 +202,9 @@ def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence")
 
 
 def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
-    """A launch grid CUDA can run: x < 2**31, y and z <= 65,535 (CUDA C++ Programming
-    Guide, "Compute Capabilities"), every dimension >= 1. names[i] says what dimension i
-    counts, for the message. The simulator does not enforce the limits; this does, for
-    every launcher, before anything is launched or changed."""
+    """A launch grid CUDA can run (x < 2**31, y and z <= 65,535: CUDA C++ Programming
+    Guide, "Compute Capabilities"), which the simulator does not enforce; names[i] says
+    what dimension i counts, for the message."""
     for axis, (size, limit, name) in enumerate(zip(grid, GRID_LIMITS, names, strict=True)):
         if size > limit:
             raise ValueError(
@@ -225,9 +214,8 @@ def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
 
 
 def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -> str | None:
-    """Why an fp16 matrix-core kernel (`path` names it in the message) cannot serve a cache
-    of this dtype and head_dim, or None: it needs float16 and head_dim a multiple of 16 (one
-    mma k-step) in [16, max_head_dim]."""
+    """Why an fp16 matrix-core kernel cannot serve this cache, or None: it needs float16
+    and head_dim a multiple of 16 (one mma k-step) in [16, max_head_dim]."""
     if np.dtype(cache_dtype) != np.float16:
         return f"the {path} path needs a float16 cache, got {np.dtype(cache_dtype).name}"
     if head_dim % 16 or not 16 <= head_dim <= max_head_dim:
@@ -239,9 +227,8 @@ def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -
 
 
 def block_tables_and_lens(block_tables, context_lens, num_seqs: int, block_size: int):
-    """`block_tables` [num_seqs, max_blocks] and `context_lens` [num_seqs], both int32 on the
-    host, each length in 1 .. max_blocks * block_size (ValueError/TypeError naming the argument).
-    Returns (tables, lens)."""
+    """(tables, lens) on the host: `block_tables` int32 [num_seqs, max_blocks] and
+    `context_lens` int32 [num_seqs], each length in 1 .. max_blocks * block_size."""
     tables = host_ints("block_tables", block_tables, 2)
     lens = host_ints("context_lens", context_lens, 1)
     if tables.dtype != np.int32 or lens.dtype != np.int32:

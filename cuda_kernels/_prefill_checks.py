@@ -1,15 +1,9 @@
 """Host-side checks of a paged-prefill batch (`prefill.paged_prefill` runs them first).
 
-The query, cache and mask go through the validators every attention launcher shares
-(`_checks.check_query`, `layout.check_kv_cache`, `mask.checked`, which `paged_prefill` runs);
-this adds what only a ragged prefill batch has: query_start_loc [S + 1] running from 0 to
-the query's token count without going down, every context at least as long as its query
-tokens, and every block-table entry the kernel will read (the attended blocks of each
-sequence with queries, windowed as `attention.attended_ranges` says) inside the cache.
-A refused batch has launched nothing and changed nothing.
-
-`choose_path` decides which kernel serves a call (the paths: `paged_prefill`'s docstring);
-"tensor" also needs a 16-byte aligned cache, "auto" falls back to "cuda_core".
+Beside the checks every attention launcher shares, a ragged prefill batch needs
+query_start_loc [S + 1] to run from 0 to the query's token count without going down,
+every context at least as long as its query tokens, and every block-table entry the
+kernel will read inside the cache. `choose_path` decides which kernel serves a call.
 """
 
 from __future__ import annotations
@@ -31,11 +25,9 @@ PATHS = ("auto", "tensor", "cuda_core", "wgmma")
 
 
 def staged_aligned(kv_cache) -> bool:
-    """Is the cache the kernel will read 16-byte aligned? A device array is read in place
-    (its own pointer and strides); a host array is first staged by `_checks.to_device`
-    into a fresh contiguous allocation (256-byte aligned on a GPU), whose strides are
-    multiples of one row: aligned when a row of head_dim elements fills 16-byte units.
-    (Asking a NumPy array for its device address fails on a GPU.)"""
+    """Is the cache the kernel will read 16-byte aligned? A host array is staged into a
+    fresh contiguous allocation, aligned when a row of head_dim elements fills 16-byte
+    units (asking a NumPy array for its device address fails on a GPU)."""
     if ck.is_device(kv_cache):
         return aligned16(kv_cache)
     return int(kv_cache.shape[4]) * np.dtype(kv_cache.dtype).itemsize % 16 == 0
@@ -64,7 +56,8 @@ def _wgmma_refusal(kv_cache) -> str | None:
 
 
 def choose_path(path, kv_cache) -> str:
-    """ "tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache."""
+    """ "tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache
+    ("auto" falls back to "cuda_core"; the others refuse a cache they cannot serve)."""
     if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
@@ -85,9 +78,8 @@ def choose_path(path, kv_cache) -> str:
 
 
 class PrefillBatch(NamedTuple):
-    """A batch as the launcher reads it: block_tables [S, max_blocks], context_lens [S],
-    query_start_loc [S + 1] (int32, on the host or the device), and the query lengths [S]
-    on the host (the work list is built from them)."""
+    """block_tables [S, max_blocks], context_lens [S], query_start_loc [S + 1] (int32, on
+    the host or the device), and the query lengths [S] on the host."""
 
     tables: object
     lens: object
@@ -98,8 +90,7 @@ class PrefillBatch(NamedTuple):
 def check_batch(
     query, shape: CacheShape, block_tables, context_lens, query_start_loc, mask: ScoreMask
 ) -> PrefillBatch:
-    """Validate everything but the cache and the mask (checked by `mask.checked` first);
-    returns the batch on the host."""
+    """The batch on the host, validated (the cache and the mask are checked first)."""
     num_blocks, num_kv_heads, block_size, head_dim = shape
     _, causal, window, sinks = mask
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]

@@ -14,17 +14,13 @@ share the split-K plan and the merge.
 
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
 vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds
-`slots` = SMs x resident CTAs per SM (the occupancy of this kernel, from the driver;
-132 x 2 assumed under the simulator). The rule counts CTAs, not tokens per slot: for a
-partition size P the launch has ctas_per_seq x sum_s ceil(count_s / P) CTAs with work,
-which run in ceil(CTAs / slots) waves, each as long as its longest CTA (min(P, longest)
-tokens plus a fixed CTA_OVERHEAD_TOKENS). The cheapest P among the multiples of GRAIN in
-[MIN_PARTITION, MAX_PASS] wins (ties: the larger P). So a batch that fills the GPU in
-whole waves runs in one pass, one 32K sequence among 63 short ones is cut into pieces
-the size of the short ones, and 64 x 4096 tokens x 8 KV heads on 396 slots (G = 4 on an
-H200) is cut into 3 partitions (1,536 CTAs, 4 full waves) instead of running 512 CTAs
-in 2 waves, the second a third full (what spreading tokens evenly over slots gave:
-5,312-token partitions, a single pass with a wave tail).
+`slots` = SMs x resident CTAs per SM (from the driver; 132 x 2 under the simulator). For
+a partition size P the launch has ctas_per_seq x sum_s ceil(count_s / P) CTAs with work,
+run in ceil(CTAs / slots) waves, each as long as its longest CTA (min(P, longest) tokens
+plus CTA_OVERHEAD_TOKENS). The cheapest P among the multiples of GRAIN in [MIN_PARTITION,
+MAX_PASS] wins (ties: the larger). So 64 x 4096 tokens x 8 KV heads on 396 slots (G = 4 on
+an H200) is cut into 3 partitions (1,536 CTAs, 4 full waves), not 512 CTAs in 2 waves,
+the second a third full.
 """
 
 from __future__ import annotations
@@ -80,9 +76,7 @@ SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
 def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
-    """Static shared memory of `decode.make_decode_kernel` (`decode_geometry.geometry`): the
-    cp.async ring, on which the rows' accumulators are merged at the end, and their
-    m, l [rows, HPC] and totals [HPC], float32."""
+    """Static shared memory of `decode.make_decode_kernel` (`decode_geometry.geometry`)."""
     return geometry(head_dim, group, dtype, warps)["shared"]
 
 
@@ -101,9 +95,8 @@ def kernel_for(
     paged: bool = True,
     path: str = "cuda_core",
 ):
-    """(kernel, threads, chunks): the compiled-kernel cache, for path "cuda_core"
-    (`fast/decode.py`) or "tensor" (`fast/decode_tc.py`). Launch grid:
-    (num_kv_heads * chunks, num_seqs, num_partitions)."""
+    """(kernel, threads, chunks) for path "cuda_core" or "tensor", compiled once. Launch
+    grid: (num_kv_heads * chunks, num_seqs, num_partitions)."""
     dtype = np.dtype(dtype)
     if path == "tensor":  # warps from the shared-memory budget; one under the simulator
         warps = tc_geometry(head_dim, group_size)["warps"] if launch_warps() > 1 else 1
@@ -125,10 +118,9 @@ def kernel_for(
 
 
 def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -> str:
-    """ "tensor" or "cuda_core" for a launch. `loaders` are the ones the launch will use
-    (after `usable_loaders`). "auto" takes the tensor cores for groups of TC_MIN_GROUP
-    heads or more when the shape allows (`decode_tc.tc_supported`, vector loaders);
-    "tensor" on a shape it cannot serve is a ValueError saying why."""
+    """ "tensor" or "cuda_core" for a launch with these (usable) loaders. "auto" takes the
+    tensor cores from TC_MIN_GROUP heads when the shape allows; "tensor" on a shape it
+    cannot serve is a ValueError saying why."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "cuda_core":
@@ -153,10 +145,8 @@ def sm_count() -> int:
 
 def cta_slots(kernel, args, threads: int) -> int:
     """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
-    driver's occupancy calculator (numba's max_cooperative_grid_blocks), cached per
-    (kernel, argument types, threads); compiling for the launch's exact argument types
-    registers the overload the launch then reuses. The simulator assumes
-    SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
+    driver's occupancy calculator (numba's max_cooperative_grid_blocks), cached; compiling
+    for the launch's argument types registers the overload the launch then reuses."""
     if _backend.backend() != "gpu":
         return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
     try:
@@ -175,9 +165,8 @@ def cta_slots(kernel, args, threads: int) -> int:
 
 
 def plan_cost(counts, part: int, ctas_per_seq: int, slots: int) -> int:
-    """The cost model of `choose_partition`, in token-steps of one CTA: the waves of CTAs
-    that have work, times the tokens the longest CTA of a wave walks (plus
-    CTA_OVERHEAD_TOKENS for its prologue, its final merge and the split-K merge)."""
+    """The cost model of `choose_partition` (the module docstring), in token-steps of one
+    CTA; CTA_OVERHEAD_TOKENS prices a CTA's prologue and merges."""
     counts = np.asarray(counts, np.int64)
     ctas = ctas_per_seq * int((-(-counts // part)).sum())  # empty partitions exit at once
     waves = -(-ctas // slots)
@@ -194,9 +183,8 @@ def choose_partition(
     grain=GRAIN,
 ) -> int:
     """Tokens per partition for mode="auto" (the module docstring's rule). `counts`:
-    attended tokens per sequence; ctas_per_seq: CTAs one partition of one sequence
-    launches (KV heads x head chunks); slots: SMs x resident CTAs. A result >=
-    max(counts) means one pass."""
+    attended tokens per sequence; ctas_per_seq: KV heads x head chunks; slots: SMs x
+    resident CTAs. A result >= max(counts) means one pass."""
     counts = np.asarray(counts, np.int64)
     if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
         raise ValueError("counts must be non-negative, ctas_per_seq and slots positive")
@@ -225,10 +213,9 @@ def attended_ranges(context_lens: np.ndarray, window, sinks: int):
 
 
 def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, ends, rows=None):
-    """Every block-table entry a kernel reads lies in [0, num_blocks): entry b of sequence
-    s is read when its block holds one of the first kept[s] positions or overlaps
-    [start[s], ends[s]) (`attended_ranges`); rows (bool [S]) limits this to the sequences
-    that launch work. Entries of skipped blocks may be anything (-1)."""
+    """Every block-table entry a kernel reads lies in [0, num_blocks): those of blocks
+    holding one of the first kept[s] positions or overlapping [start[s], ends[s]), for
+    the sequences `rows` (bool [S]) selects. Entries of skipped blocks may be anything."""
     first = np.arange(tables.shape[1], dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
     touched = (first < kept[:, None]) | (
         (first < ends[:, None]) & (first + block_size > start[:, None])
@@ -287,13 +274,9 @@ def decode_with(
     shape: CacheShape,
     options: DecodeOptions | None = None,
 ):
-    """`paged_attention` for any layout: validate, choose the mode, launch.
-
-    loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
-    keys the compiled-kernel cache). k_src/v_src: device arrays (NumPy is copied over)
-    handed unchanged to load_k/load_v; the caller checks their layout and gives its
-    `shape`. Everything else is validated here exactly as for `paged_attention`.
-    """
+    """`paged_attention` for any layout (`layout.Loaders`, whose `name` keys the kernel
+    cache). k_src/v_src go unchanged to load_k/load_v; the caller checks their layout and
+    gives its `shape`; everything else is validated here as for `paged_attention`."""
     options = DecodeOptions() if options is None else options
     tables, lens, count, opt = _checked(query, block_tables, context_lens, shape, options)
     num_seqs, num_heads, head_dim = query.shape[0], query.shape[1], shape.head_dim
@@ -353,9 +336,8 @@ def decode_with(
 
 
 def _checked(query, block_tables, context_lens, shape: CacheShape, options: DecodeOptions):
-    """Validate the query, tables, lengths and options against `shape`, in this order.
-    Returns the host int32 tables and lens, the tokens each sequence attends, and
-    `options` normalised."""
+    """(tables, lens, attended count per sequence, options normalised), validated in
+    that order against `shape`."""
     num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
     block_size = shape.block_size
     tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)

@@ -1,46 +1,33 @@
 """Paged prefill attention: a ragged batch of new tokens attends to its paged K/V.
 
 FlashInfer's BatchPrefillWithPagedKVCache, vLLM's context attention (prefix prefill)
-and nano-vllm's varlen flash attention with a block_table do this: each sequence
-brings `query_len` new tokens, the last `query_len` of its `context_len` tokens. Their
-K/V were already scattered into the cache with `write_kv`; the earlier tokens (a
-cached prefix, or earlier chunks of a chunked prefill) are only *read*, never
-recomputed -- which is why a prefix-cache hit saves compute.
+and nano-vllm's varlen flash attention with a block_table do this: each sequence brings
+`query_len` new tokens, the last of its `context_len` tokens, whose K/V `write_kv` already
+scattered into the cache; the earlier tokens (a cached prefix, earlier chunks) are only
+*read*, never recomputed -- which is why a prefix-cache hit saves compute.
 
-Query token i of a sequence (0 <= i < query_len) sits at position
-p = context_len - query_len + i and, when causal, sees the positions < p + 1: every
-cached token and the new tokens up to itself. With causal=False it sees the whole
-context. A sliding window applies to that per-token length L exactly as the decode
-kernel applies it to context_len (see fast/decode.py): the first `kept = min(sinks, L)`
-positions plus positions [max(L - window, kept), L). `primitives.window_span` is that rule.
+Query token i of a sequence sits at position p = context_len - query_len + i and, when
+causal, sees the positions < p + 1 (else the whole context). A sliding window applies to
+that per-token length L as decode applies it to context_len: the first min(sinks, L)
+positions plus [max(L - window, kept), L) (`primitives.window_span`). Decode is the case
+query_len = 1. The ragged batch's own checks are in `_prefill_checks`.
 
-Decode is the case query_len = 1: then p + 1 = context_len, and the row is exactly
-what `paged_attention` computes (tests check both the kernels and the references). The
-ragged batch's own checks are in `_prefill_checks`; the rest is shared with decode.
-
-Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
-tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
-request/tile indices), so a batch of decodes plus one long prompt launches no idle
-blocks. One thread block serves the QT x G query rows of one KV head's group, so each
-K/V element is read from global memory once per group (GQA), as in decode.
-
-The CTA's rows and span come from `fast.prefill_work`'s `cta_span`, as in the tensor-core
-kernels. Per KV tile of T attended positions, the block (NT threads):
+Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a tile
+of QT query tokens; the host lists only non-empty tiles (FlashInfer's request/tile
+indices), so a batch of decodes plus one long prompt launches no idle blocks. One thread
+block serves the QT x G query rows of one KV head's group: each K/V element is read once
+per group (GQA). The CTA's rows and span come from `fast.prefill_work.cta_span`. Per KV
+tile of T attended positions, the block (NT threads):
   1. `map_tile`: maps the tile's positions to (physical block, offset) through the table;
-  2. `load_tile`: loads K and V into shared memory as float32: one 16-byte vector of a
-     row per thread (`primitives.load16`, ld.global.nc.v4.u32, unpacked in registers)
-     with vector loaders, else one element per thread (the scalar fallback that
-     `attention.usable_loaders` picks, as for decode);
-  3. `scores`: computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
-  4. `softmax`: one thread per row updates the running max, the running sum and the rescale
-     factor: the online softmax of `primitives` in base 2 (q is pre-multiplied by
-     scale * log2 e, `softmax_rescale` with decode's lazy SLACK, `exp2_or_zero`);
-  5. `accumulate`: each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
-     registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
-     serves the R rows (decode's accumulation with rows in place of heads).
-q (pre-scaled) stays in shared memory (`load_q`); the end writes acc / l (`store`). Decode
-keeps its whole state in registers instead: with one query row per head there is nothing
-to share, while here a K/V tile in shared memory serves QT x G rows.
+  2. `load_tile`: loads K and V into shared memory as float32, one 16-byte vector
+     (`primitives.load16`) or, with scalar loaders, one element per thread;
+  3. `scores`: the R x T scores (R = QT * G rows), -inf where a row may not attend;
+  4. `softmax`: one thread per row: the online softmax of `primitives` in base 2 (q
+     pre-multiplied by scale * log2 e, decode's lazy SLACK);
+  5. `accumulate`: each thread owns head_dim elements d = tid, tid + NT, ... of all R rows
+     in registers; each v[t, d] read from shared memory serves the R rows.
+q (pre-scaled) stays in shared memory: unlike decode's one row per head, a K/V tile here
+serves QT x G rows.
 """
 
 from __future__ import annotations
@@ -68,9 +55,8 @@ _kernels: dict = {}
 
 
 def _tile_loader(loaders: Loaders, D: int, NT: int, dtype):
-    """Device function load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
-    k_s[t, 0:D], v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens (step 2;
-    the loaders' contracts: `decode.make_decode_kernel`)."""
+    """load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid): k_s[t, 0:D],
+    v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens (step 2)."""
     load_k, load_v = loaders.load_k, loaders.load_v
     VEC, FP16 = vec_width(dtype), np.dtype(dtype).itemsize == 2  # values per 16 bytes
     if loaders.vector and D % VEC:
@@ -251,9 +237,8 @@ def make_prefill_kernel(
     loaders: Loaders = BLOCK_MAJOR,
     dtype=np.float16,
 ):
-    """Build the prefill kernel; D, G, NT, T (KV tile), QT (query tile), the layout's
-    loaders and the cache dtype are compile-time (vector loaders need D % VEC == 0).
-    Launched as kernel[(num_work, num_kv_heads), NT](...) with the arguments it lists."""
+    """The prefill kernel for compile-time D, G, NT, T (KV tile), QT (query tile), loaders
+    and cache dtype; launched as kernel[(num_work, num_kv_heads), NT](...)."""
     D, G, NT, T, QT = int(head_dim), int(group_size), int(threads), int(tile), int(q_tile)
     R = QT * G  # query rows per thread block
     DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
@@ -325,9 +310,8 @@ def shared_bytes(head_dim: int, rows: int, tile: int) -> int:
 
 def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
     """(threads, kv tile, query tile). On a GPU: 128 threads, about 16 query rows per
-    block (fewer when shared memory is short) and the largest KV tile of 32/16/8 tokens
-    that fits 48 KiB. Under the simulator, where every thread is a Python thread: 4
-    threads, 16-token tiles and 16 rows, so that few thread blocks run."""
+    block and the largest KV tile of 32/16/8 tokens that fits 48 KiB. Under the simulator
+    (a Python thread per CUDA thread): 4 threads, 16-token tiles, 16 rows."""
     if _backend.backend() != "gpu":
         return 4, 16, max(1, 16 // group)
     for q_tile in range(max(1, 16 // group), 0, -1):
@@ -365,22 +349,16 @@ def paged_prefill(
     """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> [total_q, H, D] of out_dtype.
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
-    [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
+    [S + 1] (sequence s owns rows from query_start_loc[s]); block_tables int32
     [S, max_blocks]; context_lens int32 [S], each >= its query length. mask: a
-    `mask.ScoreMask` (vLLM's names): scale defaults to 1/sqrt(D), |scale| <= 2^16
-    (`_checks.MAX_SCALE`); causal by default; sliding_window None is full attention;
-    sinks needs a sliding_window. path: "auto"
-    (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
-    (`prefill_tc`; ValueError on a shape it cannot serve), "wgmma" (`prefill_wgmma`,
-    Hopper's warpgroup MMA, fp16 cache, head_dim a multiple of 16 up to 128; opt-in:
-    "auto" never picks it because it has not yet run on a GPU; on a GPU that is not
-    sm_90 it raises ValueError naming the compute capability; under the simulator it
-    runs the PTX-faithful stand-ins) or "cuda_core" (this module's kernel);
-    `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
-    the last call ran. NumPy query -> NumPy result; device query -> device result.
-    out_dtype: float32 (default) or float16, what an fp16 model's next layer reads (and what
-    SDPA and FlashAttention write): every kernel accumulates in float32 and rounds once, on
-    the store, halving the output's bytes.
+    `mask.ScoreMask` (vLLM's names; |scale| <= `_checks.MAX_SCALE`), causal by default.
+    path: "auto" (tensor cores when the shape allows), "tensor" (`prefill_tc`), "wgmma"
+    (`prefill_wgmma`, Hopper, fp16, head_dim a multiple of 16 up to 128; opt-in: it has
+    not yet run on a GPU; refused on a GPU that is not sm_90) or "cuda_core" (this
+    module's kernel); `_prefill_checks.choose_path(path, kv_cache)` tells which one a call
+    runs, LAST_PATH which one the last call ran. NumPy query -> NumPy result; device
+    query -> device result. out_dtype: float32 (default) or float16 (what SDPA writes):
+    every kernel accumulates in float32 and rounds once, on the store.
     """
     shape = check_kv_cache("kv_cache", kv_cache)
     out_dtype = ck.require_out_dtype(out_dtype)
@@ -400,11 +378,10 @@ def paged_prefill(
 
 
 def launcher(cache, query, batch: PrefillBatch, *, mask: ScoreMask, out, path: str = "auto"):
-    """launch() running the prefill kernel on device buffers into out [total_q, H, D]
-    (float32 or float16), with no checks: `paged_prefill` validates first (`mask` as
-    `mask.checked` returns it), the GPU benchmark times launch() alone. `batch`: tables,
-    lengths and starts on the device, query lengths on the host. launch.path says which
-    kernel it runs ("tensor", "wgmma" or "cuda_core")."""
+    """launch() running the prefill kernel on device buffers into out [total_q, H, D],
+    with no checks (`paged_prefill` validates first; the GPU benchmark times launch()
+    alone). `batch`: tables, lengths and starts on the device, query lengths on the
+    host. launch.path names the kernel it runs."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)

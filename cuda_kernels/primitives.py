@@ -70,56 +70,35 @@ FULL_MASK = 0xFFFFFFFF
 
 
 if _backend.backend() == "simulator":
-    from .sim.simulator import (  # noqa: F401
-        bits_to_float,
-        device_address,
-        fast_exp2,
-        half2_to_float2,
-        install_shuffles,
-        install_votes,
-        itemsize,
-        load16,
-    )
-    from .sim.tensor_sim import (  # noqa: F401
-        cp_async16,
-        cp_async_commit,
-        cp_async_wait,
-        ldmatrix_x1,
-        ldmatrix_x1_trans,
-        ldmatrix_x2,
-        ldmatrix_x2_trans,
-        ldmatrix_x4,
-        ldmatrix_x4_trans,
-        mma_bf16,
-        mma_f16,
-        pack_bf16x2,
-        pack_f16x2,
-    )
+    from .sim import simulator as _warp
+    from .sim import tensor_sim as _tensor
 
-    install_shuffles()
-    install_votes()
+    _warp.install_shuffles()
+    _warp.install_votes()
 else:
-    from .gpu.intrinsics import (  # noqa: F401
-        bits_to_float,
-        cp_async16,
-        cp_async_commit,
-        cp_async_wait,
-        device_address,
-        fast_exp2,
-        half2_to_float2,
-        itemsize,
-        ldmatrix_x1,
-        ldmatrix_x1_trans,
-        ldmatrix_x2,
-        ldmatrix_x2_trans,
-        ldmatrix_x4,
-        ldmatrix_x4_trans,
-        load16,
-        mma_bf16,
-        mma_f16,
-        pack_bf16x2,
-        pack_f16x2,
-    )
+    from .gpu import intrinsics as _warp
+
+    _tensor = _warp  # the GPU module holds the tensor-core intrinsics too
+
+bits_to_float = _warp.bits_to_float
+device_address = _warp.device_address
+fast_exp2 = _warp.fast_exp2
+half2_to_float2 = _warp.half2_to_float2
+itemsize = _warp.itemsize
+load16 = _warp.load16
+cp_async16 = _tensor.cp_async16
+cp_async_commit = _tensor.cp_async_commit
+cp_async_wait = _tensor.cp_async_wait
+ldmatrix_x1 = _tensor.ldmatrix_x1
+ldmatrix_x1_trans = _tensor.ldmatrix_x1_trans
+ldmatrix_x2 = _tensor.ldmatrix_x2
+ldmatrix_x2_trans = _tensor.ldmatrix_x2_trans
+ldmatrix_x4 = _tensor.ldmatrix_x4
+ldmatrix_x4_trans = _tensor.ldmatrix_x4_trans
+mma_bf16 = _tensor.mma_bf16
+mma_f16 = _tensor.mma_f16
+pack_bf16x2 = _tensor.pack_bf16x2
+pack_f16x2 = _tensor.pack_f16x2
 
 
 def vec_width(dtype) -> int:

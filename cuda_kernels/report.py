@@ -6,19 +6,15 @@
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
-For each kernel (`kernel_specs`: write_kv, copy_blocks, merge, decode and prefill factory
-instances, the 3.7 labs) and each arch (default sm_80 and sm_90): numba's typing and
-lowering once (`lower`), NVVM per arch -> PTX (as `numba.cuda.compile_ptx` gives it), then
-`ptxas -v` -> a cubin and its registers, shared memory, stack and spills, then `nvdisasm -c`
-(or `cuobjdump -sass`) -> SASS. Each row then carries the figures of `tools/disasm.py` (PTX
-and steady-state loop counts, occupancy) and the H200 model of `tools/roofline.py` (bound,
-expected % of peak, K/V reuse for the prefill rows: `prefill_case`); their docstrings define
-them. paged_prefill_wgmma exists only for sm_90a: its row comes with --arch sm_90.
+For each kernel (`kernel_specs`) and arch (default sm_80 and sm_90): numba lowers once
+(`lower`), NVVM gives PTX per arch, `ptxas -v` its registers, shared memory, stack and
+spills, `nvdisasm -c` (or `cuobjdump -sass`) its SASS. Each row adds `tools/disasm.py`'s
+counts and `tools/roofline.py`'s H200 model (their docstrings define them).
+paged_prefill_wgmma exists only for sm_90a: its row comes with --arch sm_90.
 
 compile_ptx needs numba's real CUDA target but no GPU, so under the simulator this module
-re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0. ptxas,
-nvdisasm and cuobjdump come from the `ptx` extra's wheels or PATH; without a disassembler
-the SASS fields are None.
+re-runs itself with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0. The CUDA binaries come
+from the `ptx` extra's wheels or PATH; without a disassembler the SASS fields are None.
 """
 
 from __future__ import annotations
@@ -105,8 +101,7 @@ def _memory_specs() -> list:
 
 
 def _decode_sig(cache, q) -> tuple:
-    """A decode kernel's launch: K, V, query, tables, lengths, scale, sinks, window,
-    partition size, then partial [S, H, P, D], max_logits and exp_sums [S, H, P]."""
+    """A decode kernel's arguments (`fast.decode.make_decode_kernel`)."""
     from numba import types as t
 
     i32 = t.int32
@@ -182,21 +177,14 @@ HEAD_DIMS = (16, 64, 80, 128, 192, 208, 256)
 
 
 def prefill_sig(dtype=None) -> tuple:
-    """numba types of the paged prefill kernels' arguments: cache and query of `dtype`
-    (default float16), block_tables, context_lens, query_start_loc, work_seq, work_first,
-    block_size, scale, causal, window, sinks, and the float32 out."""
+    """The paged prefill kernels' arguments (`prefill.make_prefill_kernel`), cache and
+    query of `dtype` (default float16)."""
     from numba import types as t
 
-    dtype = t.float16 if dtype is None else dtype
-    i32 = t.Array(t.int32, 1, "C")
+    dtype, i32 = t.float16 if dtype is None else dtype, t.Array(t.int32, 1, "C")
     ints = (i32, i32, i32, i32, t.int32, t.float32, t.int32, t.int32, t.int32)
-    return (
-        t.Array(dtype, 5, "C"),
-        t.Array(dtype, 3, "C"),
-        t.Array(t.int32, 2, "C"),
-        *ints,
-        t.Array(t.float32, 3, "C"),
-    )
+    cache_query_tables = (t.Array(dtype, 5, "C"), t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"))
+    return (*cache_query_tables, *ints, t.Array(t.float32, 3, "C"))
 
 
 def prefill_tc_spec(group: int, head_dim: int) -> tuple:
@@ -210,14 +198,12 @@ def prefill_tc_spec(group: int, head_dim: int) -> tuple:
 
 
 def head_dim_specs():
-    """The tensor-core prefill at G = 4 for every head_dim of HEAD_DIMS: swizzled and
-    padded rows, 64-, 32- and 16-token tiles, O split above D = 192."""
+    """The tensor-core prefill at G = 4 for every head_dim of HEAD_DIMS."""
     return [prefill_tc_spec(4, head_dim) for head_dim in HEAD_DIMS]
 
 
 def ladder_specs():
-    """(name, python function, signature, threads) for every rung of `cuda_kernels.ladder`,
-    at the ladder's report case (float16, G = 4, head_dim 128, 16-token blocks)."""
+    """Every rung of `cuda_kernels.ladder` at the ladder's report case."""
     from .ladder import RUNGS
 
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
@@ -239,7 +225,7 @@ def kernel_source(kernel) -> list[str]:
 
 def kernel_diff(before, rung) -> dict:
     """{kernel_lines, lines_changed}: the rung's `kernel_source` lines and the lines a diff
-    from the previous rung's adds or removes (None without a previous or an own kernel)."""
+    from the previous rung's changes (None where there is no kernel to compare)."""
     import difflib
 
     if rung.name == "production":
@@ -292,6 +278,7 @@ def parse_ptxas(text: str) -> dict:
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
+    """Run a CUDA binary; a RuntimeError with its stderr when it fails."""
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{what} failed:\n{done.stderr}")
@@ -335,8 +322,7 @@ def _stem(name: str, arch: str) -> str:
 
 
 def build(ptxas: str, func, sig, targets_: list[str], tmp: Path) -> list[dict]:
-    """Per target: {ptx, ptxas (ptxas -v's report), sass (None without a disassembler)},
-    from one lowering (`lower`), NVVM, ptxas and nvdisasm per target."""
+    """Per target: {ptx, ptxas (ptxas -v's report), sass (None without a disassembler)}."""
     lib = lower(func, sig, _cc(targets_[0]))
     out = []
     for target in targets_:
@@ -358,16 +344,9 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
     """One report row from `build`'s products for `target` (the ptxas arch, sm_90a for
     wgmma); occupancy uses `arch`'s limits."""
     sass = built["sass"]
-    row = {
-        "kernel": name,
-        "arch": target,
-        "threads": threads,
-        **parse_ptxas(built["ptxas"]),
-        **disasm.ptx_stats(built["ptx"]),
-    }
-    row.update(
-        disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else disasm.steady_loop([])
-    )
+    row = {"kernel": name, "arch": target, "threads": threads, **parse_ptxas(built["ptxas"])}
+    row.update(disasm.ptx_stats(built["ptx"]))
+    row.update(disasm.steady_loop(disasm.parse_sass(sass) if sass is not None else []))
     row.update(disasm.occupancy(arch, row["registers"], row["shared_bytes"], threads))
     case = prefill_case(name, func, row["ctas_per_sm"])
     row.update(case)
@@ -414,13 +393,8 @@ def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
-    consts = dict(
-        zip(
-            func.__code__.co_freevars,
-            (c.cell_contents for c in func.__closure__ or ()),
-            strict=True,
-        )
-    )
+    cells = (c.cell_contents for c in func.__closure__ or ())
+    consts = dict(zip(func.__code__.co_freevars, cells, strict=True))
     if not {"G", "D"} <= set(fields) or not {"QT", "T"} <= set(consts):
         return {
             "reuse": None,
@@ -447,19 +421,11 @@ def path_of(kernel: str) -> str | None:
 
 def git_commit() -> str | None:
     """The short commit of the checkout this module runs from (None outside git)."""
-    root = Path(__file__).resolve().parent.parent
+    cmd = ["git", "-C", str(Path(__file__).resolve().parent.parent), "rev-parse", "--short", "HEAD"]
     try:
-        done = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        return subprocess.check_output(cmd, text=True, timeout=10).strip() or None
+    except (OSError, subprocess.SubprocessError):
         return None
-    if done.returncode:
-        return None
-    return done.stdout.strip() or None
 
 
 class _NoDevice:
@@ -668,8 +634,7 @@ def main(argv=None) -> int:
 
 
 def _print(rows: list[dict], args: argparse.Namespace, sets: list[str], began: float) -> None:
-    """The rows as JSON, the README's markdown, the ladder's table (or its README block), or
-    the kernels' table."""
+    """The rows in the form the options ask for."""
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:

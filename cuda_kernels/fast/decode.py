@@ -6,61 +6,49 @@ same body is the single-pass kernel (one partition spans the context) and the sp
 kernel (FlashDecoding; vLLM's v2), whose partials `merge.py` combines by log-sum-exp.
 The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per row):
 
-  * a lane owns 16-byte vectors of head_dim: VEC = 8 float16 or 4 float32 values, each
-    copied by one `cp_async16` (LDGSTS.128, see the staging below); LPR lanes (a power of
-    two) cover one K or V row, so a warp holds RPW = 32 / LPR rows and a CTA of NW warps
-    R = NW * RPW;
-    for groups of at most SMALL_GROUP heads a lane takes two vectors of a row (VPL = 2),
-    halving the shuffle steps per byte while registers are cheap;
-  * each row takes its own tokens (token j of a step goes to row j % R, TPR tokens per row
-    per step), and computes the scores of the HPC query heads of its CTA: every K/V
-    vector read serves HPC heads (GQA: K/V read once per group of up to HPC heads);
-  * q (times scale * log2 e), each row's running max m, running sum l and the HPC x
-    head_dim slice of output accumulators live in registers; K/V stay 16 raw bytes until
-    unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
-    the running max moves only when a score beats it by more than SLACK (FlashAttention-3);
+  * a lane owns 16-byte vectors of head_dim (VEC = 8 float16 or 4 float32 values); LPR
+    lanes (a power of two) cover one K or V row, so a warp holds RPW = 32 / LPR rows and a
+    CTA of NW warps R = NW * RPW; for groups of at most SMALL_GROUP heads a lane takes two
+    vectors of a row (VPL = 2), halving the shuffle steps per byte;
+  * each row takes its own tokens (token j of a step goes to row j % R, TPR per row per
+    step) and scores them for the HPC query heads of its CTA: every K/V vector read serves
+    HPC heads (GQA);
+  * q (times scale * log2 e), each row's running max m and sum l and the HPC x head_dim
+    slice of accumulators live in registers; K/V stay 16 raw bytes until unpacked there;
+    the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily: the running max moves
+    only when a score beats it by more than SLACK (FlashAttention-3);
   * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles:
     a reduce-scatter (`primitives.reduce_scatter`) leaves each lane its own of the step's
-    TPR x HPC scores (`owned_index` says which), whose exp only that lane computes (one
-    each at G = 4 and 8, D = 128, instead of all of them in every lane of the row), and
-    the probabilities are then broadcast (`broadcast`); no barrier and no shared-memory
-    exchange between lanes inside the token loop;
-  * whether a score moved a max is one warp vote (`cuda.any_sync`, VOTE.ANY; under the
-    simulator a stand-in from `sim/simulator.py`): the rare step that must rescale leaves
-    the hot loop (a warp-uniform `break`), is finished by `regrow` (rescale HPC x SLOT
-    accumulators, recompute the exps) and the hot loop resumes, so the hot loop holds no
-    rescale multiplies, not even predicated-off ones;
-  * the block table is read once per token (the row's lanes read one word, a broadcast),
-    and the loader turns (block, kv_head, offset) into one row index per token;
+    TPR x HPC scores (`owned_index`), whose exp only that lane computes, and the
+    probabilities are then broadcast (`broadcast`); no barrier and no shared-memory
+    exchange inside the token loop;
+  * whether a score moved a max is one warp vote (`cuda.any_sync`): the rare step that must
+    rescale leaves the hot loop (a warp-uniform `break`), is finished by `regrow` and the
+    hot loop resumes, so the hot loop holds no rescale multiplies;
+  * the block table is read once per token (one word, broadcast to the row's lanes);
   * cp.async staging, so that bytes in flight cost no registers: ONE 16-byte aligned
     shared array per CTA, a ring of STAGES = 2 stages; in each stage a lane owns CPL =
     2 x TPR x VPL chunks of 16 bytes (K of token t, vector jv, then V), chunk c of lane l
-    of warp w at word (w * CPL + c) * 128 + 4 l: the 32 lanes of a warp side by side, so
-    the lane's read-back is one LDS.128 without bank conflicts, at its base (computed
-    once) plus a compile-time offset (the even/odd steps' stages are two unrolled copies
-    of the step). Step s + 1's copies (one commit group) and step s + 2's table reads are
-    issued before step s's math; `cp_async_wait(1)` then retires step s's group;
+    of warp w at word (w * CPL + c) * 128 + 4 l: the 32 lanes side by side, so the lane's
+    read-back is one LDS.128 without bank conflicts. Step s + 1's copies (one commit group)
+    and step s + 2's table reads are issued before step s's math; `cp_async_wait(1)` then
+    retires step s's group;
   * why no barrier in the loop: a lane reads back only the chunks it copied itself, and
-    wait_group makes a thread's own copies visible to that thread; the reverse order is
-    a data dependence: a stage is refilled one step after the lane's math consumed the
-    registers its LDS filled, so those reads have completed (ptxas adds its own guards
-    before LDGSTS). Masked tokens copy zeros (src-size 0), never garbage. Only at the end,
-    after `cp_async_wait(0)`, does one `syncthreads` hand the ring over to the merge;
-  * at the end every row's softmax state (m, l, acc) goes to shared memory once (the
-    accumulators onto the ring) and is merged there (the log-sum-exp weights computed
-    once per row and head).
-Without vector loaders (a misaligned cache, head_dim not a multiple of VEC), or where
-the ring would pass RING_BUDGET, or with staged=False, K/V stay in registers instead:
-step s + 1's loads go into the other of two ping-pong register buffers (ld.global.nc).
-Groups larger than HPC (multi-query attention, e.g. 71 query heads on one KV head) are
-split into chunks of heads across the grid's x dimension: every head is initialised,
-normalised and written whatever the thread count.
+    wait_group makes a thread's own copies visible to that thread; a stage is refilled one
+    step after the lane's math consumed the registers its LDS filled. Masked tokens copy
+    zeros (src-size 0). Only at the end, after `cp_async_wait(0)`, does one `syncthreads`
+    hand the ring over to the merge;
+  * at the end every row's softmax state (m, l, acc) goes to shared memory once and is
+    merged there.
+Without vector loaders, or where the ring would pass RING_BUDGET, or with staged=False,
+K/V stay in registers instead: step s + 1's loads go into the other of two ping-pong
+register buffers. Groups larger than HPC (e.g. 71 query heads on one KV head) are split
+into chunks of heads across the grid's x dimension.
 
 Sliding window (window > 0): attended index j maps to position j (j < kept) or
 start + j - kept, kept = min(sinks, L), start = max(L - window, kept); dropped blocks are
-never read. Everything is accumulated in float32. NaN propagates as in IEEE arithmetic
-(and the float64 reference): only -inf is masked (`exp2_or_zero`), so a NaN score's exp
-is NaN and poisons the running sum and the output.
+never read. Everything is accumulated in float32. NaN propagates as in IEEE arithmetic:
+only -inf is masked (`exp2_or_zero`), so a NaN score poisons the running sum and output.
 """
 
 from __future__ import annotations
@@ -121,18 +109,14 @@ def make_decode_kernel(
 
     Loader contracts (`@cuda.jit(device=True)` functions):
       vector loaders (loaders.vector): load_k(k_src, seq, block, kv_head, offset) -> int,
-        the element index (from k_src's data pointer) of d = 0 of that token's key row;
-        the row is contiguous in d and 16-byte aligned (the host checks); load_v likewise;
+        the element index of d = 0 of that token's key row (contiguous in d, 16-byte
+        aligned: the host checks); load_v likewise;
       scalar loaders: load_k(k_src, block, kv_head, offset, d) -> float32, element d.
-    `block` is the physical block read from the table, or with paged=False (a contiguous
-    cache, no table) the logical block pos // block_size.
-
+    `block` is the physical block from the table, or with paged=False the logical one.
     staged: K/V through the cp.async ring (True), in registers (False), or None: the ring
-    whenever the loaders are vector ones and it fits RING_BUDGET (`geometry`'s "staged");
-    True where it cannot serve is a ValueError.
+    whenever it can serve (`geometry`'s "staged").
 
-    head_dim, group_size, dtype (of K/V), block_size and warps are compile-time constants
-    (tokens per lane row: `geometry`'s "tpr"). Launch with `warps * 32` threads and
+    Launch with `warps * 32` threads and
         grid (num_kv_heads * chunks, num_seqs, num_partitions), chunks = geometry()["chunks"]
         kernel[grid, threads](k_src, v_src,
             query,          # [S, H, D] float32/float16, H = num_kv_heads * G

@@ -31,6 +31,8 @@ wgmma m64nNk16 A operand (4 warps x 16 rows): `prefill_wgmma` is this kernel on 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import cuda, float32, int32, int64
 
@@ -46,7 +48,6 @@ from .prefill_work import KvSpan, Rows, make_work
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256
 SPLIT_O_ABOVE = 176  # larger head_dims split O over two warps per row block
-_kernels: dict = {}
 
 
 def unservable(head_dim: int, cache_dtype) -> str | None:
@@ -223,9 +224,8 @@ def make_prefill_tc_kernel(
 def kernel_for(head_dim: int, group: int, block_size: int):
     """(kernel, threads, query tile) for this shape, compiled once."""
     warps, tile, q_regs, o_split = launch_config(head_dim)
-    key = (head_dim, group, warps, tile, block_size, q_regs, o_split)
-    if key not in _kernels:
-        _kernels[key] = make_prefill_tc_kernel(
-            head_dim, group, warps, tile, block_size, q_regs, o_split
-        )
-    return _kernels[key], 32 * warps, max(1, 16 * (warps // o_split) // group)
+    kernel = _compiled(head_dim, group, warps, tile, block_size, q_regs, o_split)
+    return kernel, 32 * warps, max(1, 16 * (warps // o_split) // group)
+
+
+_compiled = functools.cache(make_prefill_tc_kernel)

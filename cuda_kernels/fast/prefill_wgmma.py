@@ -39,6 +39,7 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import namedtuple
 from types import SimpleNamespace
@@ -80,7 +81,6 @@ from .wgmma_tiles import make_tile_io
 
 MAX_HEAD_DIM = 128
 THREADS = 128  # one warpgroup
-_kernels: dict = {}
 
 
 def unservable(head_dim: int, cache_dtype) -> str | None:
@@ -386,7 +386,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
 def kernel_for(head_dim: int, group: int, block_size: int, tile: int | None = None):
     """(kernel, threads, query tile) for this shape, compiled once."""
     tile = tile or kv_tile()
-    key = (head_dim, group, tile, block_size)
-    if key not in _kernels:
-        _kernels[key] = make_prefill_wgmma_kernel(head_dim, group, tile, block_size)
-    return _kernels[key], THREADS, max(1, 64 // group)
+    return _compiled(head_dim, group, tile, block_size), THREADS, max(1, 64 // group)
+
+
+_compiled = functools.cache(make_prefill_wgmma_kernel)

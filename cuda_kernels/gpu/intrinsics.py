@@ -239,30 +239,39 @@ def cp_async16(typingctx, dst, dst_index, src, src_index, nbytes):
     return types.void(dst, dst_index, src, src_index, nbytes), codegen
 
 
-@intrinsic
-def cp_async_commit(typingctx):
-    """cp.async.commit_group: close this thread's group of cp.async copies."""
+def _statement(text):
+    """An intrinsic of no arguments: one PTX statement that orders memory."""
 
-    def codegen(context, builder, sig, args):
-        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
-        return context.get_dummy_value()
+    def typer(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+            return context.get_dummy_value()
 
-    return types.void(), codegen
+        return types.void(), codegen
+
+    return intrinsic(typer)
 
 
-@intrinsic
-def cp_async_wait(typingctx, pending):
-    """cp.async.wait_group N (N a compile-time integer): wait until at most N of this
-    thread's committed groups are still in flight."""
-    if not isinstance(pending, types.IntegerLiteral):
-        return None
-    text = f"cp.async.wait_group {int(pending.literal_value)};"
+def _wait_group(prefix):
+    """`prefix` N (N a compile-time integer): wait until at most N of the committed groups
+    are still in flight."""
 
-    def codegen(context, builder, sig, args):
-        _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
-        return context.get_dummy_value()
+    def typer(typingctx, pending):
+        if not isinstance(pending, types.IntegerLiteral):
+            return None
+        text = f"{prefix} {int(pending.literal_value)};"
 
-    return types.void(pending), codegen
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(pending), codegen
+
+    return intrinsic(typer)
+
+
+cp_async_commit = _statement("cp.async.commit_group;")  # close this thread's group of copies
+cp_async_wait = _wait_group("cp.async.wait_group")  # this thread's groups
 
 
 def _make_pack(kind: str):
@@ -323,30 +332,6 @@ def smem_desc(typingctx, array, index, lbo, sbo, swizzle):
     return types.uint64(array, index, lbo, sbo, swizzle), codegen
 
 
-def _wgmma_sync(text):
-    def typer(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    return intrinsic(typer)
-
-
-wgmma_fence = _wgmma_sync("wgmma.fence.sync.aligned;")
-wgmma_commit = _wgmma_sync("wgmma.commit_group.sync.aligned;")
-
-
-@intrinsic
-def wgmma_wait(typingctx, pending):
-    """wgmma.wait_group.sync.aligned N (a compile-time integer)."""
-    if not isinstance(pending, types.IntegerLiteral):
-        return None
-    text = f"wgmma.wait_group.sync.aligned {int(pending.literal_value)};"
-
-    def codegen(context, builder, sig, args):
-        _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
-        return context.get_dummy_value()
-
-    return types.void(pending), codegen
+wgmma_fence = _statement("wgmma.fence.sync.aligned;")
+wgmma_commit = _statement("wgmma.commit_group.sync.aligned;")
+wgmma_wait = _wait_group("wgmma.wait_group.sync.aligned")  # the warpgroup's groups

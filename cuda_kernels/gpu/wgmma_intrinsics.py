@@ -25,8 +25,8 @@ from .intrinsics import (  # noqa: F401  (re-exported)
     _F32,
     _asm,
     _shared_address,
+    _statement,
     _u32,
-    _wgmma_sync,
     smem_desc,
     wgmma_commit,
     wgmma_fence,
@@ -117,16 +117,4 @@ def shared_address(typingctx, array, index):
 
 # generic-proxy writes to shared memory (st.shared, cp.async) become visible to the async
 # proxy wgmma reads B through (PTX ISA, "Memory Consistency Model": proxies)
-fence_proxy_async = _wgmma_sync("fence.proxy.async.shared::cta;")
-
-__all__ = [
-    "SHAPES",
-    "WGMMA",
-    "fence_proxy_async",
-    "shared_address",
-    "smem_desc",
-    "wgmma_commit",
-    "wgmma_fence",
-    "wgmma_wait",
-    *(f"wgmma_n{n}{'_t' if t else ''}" for n, t in WGMMA),
-]
+fence_proxy_async = _statement("fence.proxy.async.shared::cta;")

@@ -6,6 +6,8 @@ the rung device arrays and the shape. The kernels trust what this checked.
     case.num_seqs, num_heads, num_kv_heads, group, block_size, head_dim, scale, dtype
     out = case.output()      float32 [S, H, D], NaN-poisoned under the simulator
     case.result(out)         NumPy when the query was NumPy, else the device array
+    case.run(kernel, grid, threads, *extra)   launch into case.output(), then its result
+    case.split(partition_size, rung)          a split-K launch's grid and buffers
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import float32
 
 from .. import _checks as ck
 from ..attention import _empty, check_read_blocks
@@ -45,6 +48,24 @@ class Case:
 
     def result(self, out):
         return out if self.device_query else out.copy_to_host()
+
+    def run(self, kernel, grid, threads: int, *extra):
+        """kernel[grid, threads](cache, query, tables, lens, scale, out, *extra) -> result."""
+        out = self.output()
+        args = (self.cache, self.query, self.tables, self.lens, float32(self.scale), out)
+        kernel[grid, threads](*args, *extra)
+        return self.result(out)
+
+    def split(self, partition_size, rung: str) -> tuple:
+        """(tokens per partition, grid (H_kv, S, P), partial [S, H, P, D], max_logits and
+        exp_sums [S, H, P]) of a split-K launch."""
+        part = ck.require_int("partition_size", partition_size, 1)
+        num_parts = -(-int(self.host_lens.max()) // part)
+        grid = (self.num_kv_heads, self.num_seqs, num_parts)
+        ck.require_grid(rung, grid, ("KV heads", "sequences", "partitions"))
+        shape = (self.num_seqs, self.num_heads, num_parts)
+        partial = self.output(*shape, self.head_dim)
+        return part, grid, partial, self.output(*shape), self.output(*shape)
 
     def require_vector_rows(self, rung: str) -> int:
         """Lanes per K/V row (LPR) for a rung that loads 16 bytes per lane: head_dim must

@@ -27,11 +27,11 @@ kv_cache), more than 16 query heads per KV head (naming query).
 
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import cuda, float32, uint32
 
-from .. import _checks as ck
 from ..primitives import (
     cp_async16,
     cp_async_commit,
@@ -41,7 +41,7 @@ from ..primitives import (
     mma_f16,
     pack_f16x2,
 )
-from .launch import REPORT_HEAD_DIM, prepare
+from .launch import REPORT_HEAD_DIM
 from .rung8_split import PARTITION, merge_decode
 
 NAME = "tensor_cores"
@@ -49,7 +49,6 @@ READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "one warp, the group's heads as the M rows of mma.m16n8k16, ldmatrix from shared"
 PREDICTED_PCT = (40.0, 95.0)  # % of the read roofline at the ladder's case (README: Little's law)
-_kernels: dict = {}
 
 
 def tile_steps(D: int):
@@ -176,18 +175,12 @@ def make_tensor_kernel(D: int):
     return tensor_decode
 
 
+@functools.cache
 def kernel_for(head_dim: int):
-    if head_dim not in _kernels:
-        _kernels[head_dim] = make_tensor_kernel(head_dim)
-    return _kernels[head_dim]
+    return make_tensor_kernel(head_dim)
 
 
 kernel = kernel_for(REPORT_HEAD_DIM)
-
-
-def decode(query, kv_cache, block_tables, context_lens, scale=None, *, partition_size=PARTITION):
-    """float32 [S, H, D], as `paged_attention`; partition_size tokens per warp."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale), partition_size)
 
 
 def launch(case, partition_size=PARTITION):
@@ -201,14 +194,7 @@ def launch(case, partition_size=PARTITION):
         raise ValueError(f"query: {NAME} serves at most 16 query heads per KV head")
     if not case.cache.is_c_contiguous():
         raise ValueError(f"kv_cache: {NAME} needs a contiguous cache")
-    part = ck.require_int("partition_size", partition_size, 1)
-    num_parts = -(-int(case.host_lens.max()) // part)
-    grid = ck.require_grid(
-        NAME, (case.num_kv_heads, case.num_seqs, num_parts), ("KV heads", "sequences", "partitions")
-    )
-    shape = (case.num_seqs, case.num_heads)
-    partial = case.output(*shape, num_parts, case.head_dim)
-    m, l = case.output(*shape, num_parts), case.output(*shape, num_parts)  # noqa: E741
+    part, grid, partial, m, l = case.split(partition_size, NAME)  # noqa: E741
     kernel_for(case.head_dim)[grid, 32](
         case.cache, case.query, case.tables, case.lens, float32(case.scale), partial, m, l, part
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..attention import paged_attention
 from ..mask import ScoreMask
-from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
+from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM
 
 NAME = "production"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
@@ -39,10 +39,10 @@ IDEA = "what fast/ adds: base-2 exp, lazy rescale, swizzle, multi-warp CTAs, the
 PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (README: Little's law)
 # (what, file under cuda_kernels/, line, text on that line)
 ADDS = (
-    ("base-2 exp: log2(e)", "fast/decode.py", 88, "LOG2E = 1.4426950408889634"),
-    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 545, "float32(scale * LOG2E)"),
+    ("base-2 exp: log2(e)", "fast/decode.py", 76, "LOG2E = 1.4426950408889634"),
+    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 529, "float32(scale * LOG2E)"),
     ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 92, "def fast_exp2(typingctx, x):"),
-    ("lazy rescale: SLACK", "fast/decode.py", 89, "SLACK = float32(8.0)"),
+    ("lazy rescale: SLACK", "fast/decode.py", 77, "SLACK = float32(8.0)"),
     (
         "lazy rescale: the step",
         "primitives.py",
@@ -52,14 +52,14 @@ ADDS = (
     ("lazy rescale (tensor cores)", "fast/decode_tc.py", 251, "softmax_rescale(m[r], top, SLACK)"),
     ("swizzle: the layout", "primitives.py", 156, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 124, "= swizzle_shape(CH)"),
-    ("multi-warp CTAs: NW warps", "fast/decode.py", 116, "warps: int = 4,"),
-    ("multi-warp CTAs: the merge", "fast/decode.py", 452, "every row's state is in shared memory"),
+    ("multi-warp CTAs: NW warps", "fast/decode.py", 104, "warps: int = 4,"),
+    ("multi-warp CTAs: the merge", "fast/decode.py", 436, "every row's state is in shared memory"),
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
-    ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
-    ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 127, "def choose_path("),
-    ("the split plan: cost", "attention.py", 177, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 187, "def choose_partition("),
+    ("reduce-scatter of the scores", "fast/decode.py", 277, "reduce_scatter(dots, NP, LPR, lane)"),
+    ("the cp.async ring, NW warps", "fast/decode.py", 368, "cp_async_wait(1)"),
+    ("the split plan: path", "attention.py", 120, "def choose_path("),
+    ("the split plan: cost", "attention.py", 167, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 176, "def choose_partition("),
 )
 
 
@@ -70,11 +70,6 @@ def __getattr__(name):
 
         return make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     raise AttributeError(name)
-
-
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D]: `paged_attention(...)`, mode and path "auto"."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
 
 
 def launch(case):

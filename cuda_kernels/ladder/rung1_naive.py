@@ -18,8 +18,6 @@ import math
 
 from numba import cuda, float32
 
-from .launch import prepare
-
 NAME = "naive"
 READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
 IDEA = "one thread per (sequence, head), scalar loads through the block table, two passes"
@@ -65,20 +63,9 @@ def naive_decode(kv_cache, query, block_tables, context_lens, scale, out):
 kernel = naive_decode
 
 
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D], as `paged_attention`."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
-
-
 def launch(case):
-    """Launch on a validated case (`launch.prepare`): the result, on the device when the
-    query was a device array."""
-    out = case.output()
     rows = case.num_seqs * case.num_heads
-    naive_decode[-(-rows // THREADS), THREADS](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
-    )
-    return case.result(out)
+    return case.run(naive_decode, -(-rows // THREADS), THREADS)
 
 
 def ptx_spec(sig):

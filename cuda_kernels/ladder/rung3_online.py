@@ -15,7 +15,7 @@ import math
 
 from numba import cuda, float32
 
-from .launch import pow2_at_least, prepare
+from .launch import pow2_at_least
 from .rung2_cta import MAX_THREADS
 
 NAME = "online_softmax"
@@ -66,22 +66,11 @@ def online_decode(kv_cache, query, block_tables, context_lens, scale, out):
 kernel = online_decode
 
 
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D], as `paged_attention`; head_dim <= MAX_THREADS."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
-
-
 def launch(case):
-    """Launch on a validated case (`launch.prepare`): the result, on the device when the
-    query was a device array."""
     if case.head_dim > MAX_THREADS:
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
-    out = case.output()
     threads = max(32, pow2_at_least(case.head_dim))
-    online_decode[(case.num_heads, case.num_seqs), threads](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
-    )
-    return case.result(out)
+    return case.run(online_decode, (case.num_heads, case.num_seqs), threads)
 
 
 def ptx_spec(sig):

@@ -30,7 +30,6 @@ import math
 from numba import cuda, float32
 
 from .. import _backend
-from .launch import prepare
 
 NAME = "vector_loads"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
@@ -160,21 +159,12 @@ _kernels = {fp16: make_vector_kernel(fp16) for fp16 in (True, False)}
 kernel = _kernels[True]  # the instance `report --ladder` compiles (float16)
 
 
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D], as `paged_attention`."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
-
-
 def launch(case, kernels=None, name=NAME):
-    """Launch on a validated case (`launch.prepare`): the result, on the device when the
-    query was a device array. `kernels` and `name` (rung 6's): {fp16: kernel} of the same
+    """`kernels` and `name` (rung 6's): {fp16: kernel} of the same
     signature, and the rung a refusal names."""
     lanes = case.require_vector_rows(name)
-    out = case.output()
-    (kernels or _kernels)[case.dtype.itemsize == 2][(case.num_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
-    )
-    return case.result(out)
+    kern = (kernels or _kernels)[case.dtype.itemsize == 2]
+    return case.run(kern, (case.num_heads, case.num_seqs), 32, lanes)
 
 
 def ptx_spec(sig):

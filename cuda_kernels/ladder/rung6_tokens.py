@@ -25,7 +25,6 @@ import math
 
 from numba import cuda, float32
 
-from .launch import prepare
 from .rung5_vector import lane_sum, load16, unpack16
 from .rung5_vector import launch as vector_launch
 
@@ -105,11 +104,6 @@ def make_tokens_kernel(fp16: bool):
 
 _kernels = {fp16: make_tokens_kernel(fp16) for fp16 in (True, False)}
 kernel = _kernels[True]  # the instance `report --ladder` compiles (float16)
-
-
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D], as `paged_attention`."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
 
 
 def launch(case):

@@ -18,11 +18,12 @@ refuses.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from numba import cuda, float32
 
-from .launch import REPORT_GROUP, prepare
+from .launch import REPORT_GROUP
 from .rung5_vector import lane_sum, load16, unpack16
 
 NAME = "gqa"
@@ -31,7 +32,6 @@ PER_GROUP = True
 IDEA = "one warp per (sequence, KV head): each K/V load feeds the G query heads of its group"
 PREDICTED_PCT = (1.0, 5.0)  # % of the read roofline at the ladder's case (README: Little's law)
 MAX_GROUP = 8  # G query vectors + G accumulators of 8 floats per lane: 128 registers
-_kernels: dict = {}
 
 
 def make_gqa_kernel(G: int, fp16: bool = True):
@@ -115,10 +115,9 @@ def make_gqa_kernel(G: int, fp16: bool = True):
     return gqa_decode
 
 
+@functools.cache
 def kernel_for(group: int, fp16: bool = True):
-    if (group, fp16) not in _kernels:
-        _kernels[group, fp16] = make_gqa_kernel(group, fp16)
-    return _kernels[group, fp16]
+    return make_gqa_kernel(group, fp16)
 
 
 kernel = kernel_for(REPORT_GROUP)  # the instance `report --ladder` compiles
@@ -132,21 +131,10 @@ def require_group(case, rung: str) -> int:
     return case.group
 
 
-def decode(query, kv_cache, block_tables, context_lens, scale=None):
-    """float32 [S, H, D], as `paged_attention`."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
-
-
 def launch(case):
-    """Launch on a validated case (`launch.prepare`): the result, on the device when the
-    query was a device array."""
     lanes = case.require_vector_rows(NAME)
-    out = case.output()
     kern = kernel_for(require_group(case, NAME), case.dtype.itemsize == 2)
-    kern[(case.num_kv_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
-    )
-    return case.result(out)
+    return case.run(kern, (case.num_kv_heads, case.num_seqs), 32, lanes)
 
 
 def ptx_spec(sig):

@@ -18,13 +18,13 @@ the partials' traffic. The loop per byte is rung 7's (`report --ladder` shows it
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import namedtuple
 
 from numba import cuda, float32
 
-from .. import _checks as ck
-from .launch import REPORT_GROUP, prepare
+from .launch import REPORT_GROUP
 from .rung5_vector import lane_sum, load16, unpack16
 from .rung7_gqa import require_group
 
@@ -34,7 +34,6 @@ PER_GROUP = True
 IDEA = "partitions of P tokens run as separate warps; a log-sum-exp merge combines them"
 PREDICTED_PCT = (4.0, 20.0)  # % of the read roofline at the ladder's case (README: Little's law)
 PARTITION = 512  # tokens per partition, vLLM v0's paged_attention_v2 default
-_kernels: dict = {}
 
 
 # One lane's place in the warp (rung 6): its token row, its 16-byte chunk of the head, the
@@ -192,10 +191,9 @@ def make_split_kernel(G: int, fp16: bool = True):
     return split_decode
 
 
+@functools.cache
 def kernel_for(group: int, fp16: bool = True):
-    if (group, fp16) not in _kernels:
-        _kernels[group, fp16] = make_split_kernel(group, fp16)
-    return _kernels[group, fp16]
+    return make_split_kernel(group, fp16)
 
 
 kernel = kernel_for(REPORT_GROUP)
@@ -224,25 +222,12 @@ def merge_decode(partial, max_logits, exp_sums, out):
         out[seq, head, d] = acc / total
 
 
-def decode(query, kv_cache, block_tables, context_lens, scale=None, *, partition_size=PARTITION):
-    """float32 [S, H, D], as `paged_attention`; partition_size tokens per warp."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale), partition_size)
-
-
 def launch(case, partition_size=PARTITION, kernels=None, name=NAME):
-    """Launch on a validated case (`launch.prepare`): the result, on the device when the
-    query was a device array. `kernels` and `name` (rung 9's): another factory of the
+    """`kernels` and `name` (rung 9's): another factory of the
     same kernel signature, (group, fp16) -> kernel, and the rung a refusal names."""
     lanes = case.require_vector_rows(name)
     group = require_group(case, name)
-    part = ck.require_int("partition_size", partition_size, 1)
-    num_parts = -(-int(case.host_lens.max()) // part)
-    grid = ck.require_grid(
-        name, (case.num_kv_heads, case.num_seqs, num_parts), ("KV heads", "sequences", "partitions")
-    )
-    shape = (case.num_seqs, case.num_heads)
-    partial = case.output(*shape, num_parts, case.head_dim)  # [S, H, P, D]
-    max_logits, exp_sums = case.output(*shape, num_parts), case.output(*shape, num_parts)
+    part, grid, partial, max_logits, exp_sums = case.split(partition_size, name)
     (kernels or kernel_for)(group, case.dtype.itemsize == 2)[grid, 32](
         case.cache,
         case.query,

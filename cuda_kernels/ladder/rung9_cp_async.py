@@ -23,10 +23,12 @@ cp.async.commit_group; cp.async.wait_group N (`primitives`: the GPU's inline PTX
 
 from __future__ import annotations
 
+import functools
+
 from numba import cuda, float32, uint32
 
 from ..primitives import cp_async16, cp_async_commit, cp_async_wait
-from .launch import REPORT_GROUP, prepare
+from .launch import REPORT_GROUP
 from .rung5_vector import unpack16
 from .rung8_split import PARTITION, Heads, Lane, token_steps, warp_steps
 from .rung8_split import launch as split_launch
@@ -36,7 +38,6 @@ READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "a 2-stage cp.async ring: step j + 1's K/V rows in flight while step j computes"
 PREDICTED_PCT = (15.0, 60.0)  # % of the read roofline at the ladder's case (README: Little's law)
-_kernels: dict = {}
 
 
 def make_ring_kernel(G: int, fp16: bool = True):
@@ -104,18 +105,12 @@ def make_ring_kernel(G: int, fp16: bool = True):
     return ring_decode
 
 
+@functools.cache
 def kernel_for(group: int, fp16: bool = True):
-    if (group, fp16) not in _kernels:
-        _kernels[group, fp16] = make_ring_kernel(group, fp16)
-    return _kernels[group, fp16]
+    return make_ring_kernel(group, fp16)
 
 
 kernel = kernel_for(REPORT_GROUP)
-
-
-def decode(query, kv_cache, block_tables, context_lens, scale=None, *, partition_size=PARTITION):
-    """float32 [S, H, D], as `paged_attention`; partition_size tokens per warp."""
-    return launch(prepare(query, kv_cache, block_tables, context_lens, scale), partition_size)
 
 
 def launch(case, partition_size=PARTITION):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from functools import partial
 
 import numpy as np
 
@@ -108,28 +109,10 @@ def _ldmatrix(count: int, trans: bool, array, index):
     return words[0] if count == 1 else words
 
 
-def ldmatrix_x1(array, index):
-    return _ldmatrix(1, False, array, index)
-
-
-def ldmatrix_x2(array, index):
-    return _ldmatrix(2, False, array, index)
-
-
-def ldmatrix_x4(array, index):
-    return _ldmatrix(4, False, array, index)
-
-
-def ldmatrix_x1_trans(array, index):
-    return _ldmatrix(1, True, array, index)
-
-
-def ldmatrix_x2_trans(array, index):
-    return _ldmatrix(2, True, array, index)
-
-
-def ldmatrix_x4_trans(array, index):
-    return _ldmatrix(4, True, array, index)
+ldmatrix_x1, ldmatrix_x2, ldmatrix_x4 = (partial(_ldmatrix, n, False) for n in (1, 2, 4))
+ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans = (
+    partial(_ldmatrix, n, True) for n in (1, 2, 4)
+)
 
 
 def _groups() -> dict:

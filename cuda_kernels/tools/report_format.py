@@ -55,16 +55,17 @@ MARKDOWN_HEADS = tuple(head for _, head, _ in MARKDOWN)
 MARKDOWN_KERNELS = ("paged_decode", "paged_prefill")  # name prefixes the README shows
 
 
+def cell(row: dict, key: str, form: str) -> str:
+    """row[key] formatted, or "-" when the row has no such figure."""
+    return "-" if row.get(key) is None else f"{row[key]:{form}}"
+
+
 def table(rows: list[dict]) -> str:
     head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}" for _, h, w, f in COLUMNS)
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = [
-            (f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
-            if r.get(k) is not None
-            else f"{'-':>{w}}"
-            for k, _, w, f in COLUMNS
-        ]
+        align = {k: "" if f == "s" and r.get(k) is not None else ">" for k, _, _, f in COLUMNS}
+        cells = [f"{cell(r, k, f):{align[k]}{w}}" for k, _, w, f in COLUMNS]
         lines.append(" ".join(cells))
     return "\n".join(lines)
 
@@ -98,7 +99,7 @@ def ladder_table(rows: list[dict]) -> str:
     for r in rows:
         base, mine = first.get(r["arch"]), r.get("sass_per_kv_byte")
         r = dict(r, leaner=base / mine if base and mine else None)
-        lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}" for k, _, f in LADDER))
+        lines.append(markdown_row(cell(r, k, f) for k, _, f in LADDER))
     return "\n".join(lines)
 
 
@@ -134,28 +135,22 @@ def markdown(rows: list[dict], as_of: str | None = None) -> str:
         markdown_row("---" for _ in MARKDOWN),
     ]
     for r in rows:
-        if not r["kernel"].startswith(MARKDOWN_KERNELS):
-            continue
-        lines.append(
-            markdown_row(
-                "-" if r.get(k) is None else f"`{r[k]}`" if k == "kernel" else f"{r[k]:{f}}"
-                for k, _, f in MARKDOWN
-            )
-        )
+        if r["kernel"].startswith(MARKDOWN_KERNELS):
+            r = dict(r, kernel=f"`{r['kernel']}`")
+            lines.append(markdown_row(cell(r, k, f) for k, _, f in MARKDOWN))
     return "\n".join(lines)
 
 
 def table_heads(text: str) -> list[tuple[str, ...]]:
     """The header cells of every Markdown table in `text` (a header is the line above
     a |---| separator)."""
+
+    def cells(line: str) -> tuple[str, ...]:
+        return tuple(c.strip() for c in line.strip().strip("|").split("|"))
+
     lines = text.splitlines()
-    heads = []
-    for above, line in zip(lines, lines[1:], strict=False):
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if (
-            line.lstrip().startswith("|")
-            and cells
-            and all(set(c) <= set("-:") and c for c in cells)
-        ):
-            heads.append(tuple(c.strip() for c in above.strip().strip("|").split("|")))
-    return heads
+    return [
+        cells(above)
+        for above, line in zip(lines, lines[1:], strict=False)
+        if line.lstrip().startswith("|") and all(c and set(c) <= set("-:") for c in cells(line))
+    ]
