@@ -106,16 +106,20 @@ class Launcher:
 
     def _stop(self) -> int | None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1)
-        code = proc.returncode
-        jail.kill_tree(proc.pid, sessions={proc.pid})
-        self.end(proc.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        return code
+        return None if proc is None else end_process(proc, lambda: self.end(proc.pid))
+
+
+def end_process(proc: subprocess.Popen, kill: Callable[[], None], **tree) -> int | None:
+    """A second for `proc` to end (a closed socket first, so a limit's signal is seen), then its
+    session, descendants and `kill()`; its exit status. `tree`: more for jail.kill_tree."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+    code = proc.returncode
+    jail.kill_tree(proc.pid, sessions={proc.pid}, **tree)
+    kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    return code
 
 
 class Client:
