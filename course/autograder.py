@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum
+from . import curriculum, grade_job
 from .grade_job import DEFAULT_TIMEOUT, READ_LIMITS, Mode, Run, read_handed, row, run_one, survey
 from .grade_report import gradescope_results
 
@@ -50,12 +50,7 @@ def grade_submission(folder: Path, exercises, timeout: float) -> list:
     build = installed_build()
     rows = []
     with walk.temporary_folder("pagedsim-autograder-") as tmp:
-        jobs = Path(tmp) / "jobs"
-        jobs.mkdir()
-        if os.geteuid() == 0:  # each job's users may pass through (never list) to its folder
-            for d in (Path(tmp), jobs):
-                d.chmod(0o711)
-        run = Run(build, jobs, how, timeout)
+        run = Run(build, grade_job.jobs_folder(Path(tmp)), how, timeout)
         jail.become_subreaper()
         for ex in exercises:
             got = data.get(ex.id)

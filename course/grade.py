@@ -36,6 +36,7 @@ from .grade_job import (
     ReadLimits,
     Result,
     Run,
+    jobs_folder,
     private_checks,
     read_handed,
     row,
@@ -185,11 +186,7 @@ def grade(
         # as root, verified, with the real checker: checkers fork from warm processes
         warm_fits = mode.warm and mode.verified and command is None and os.geteuid() == 0
         warm = _warm(Path(tmp), build, extra, workers) if warm_fits else None
-        run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
-        run.jobs.mkdir()
-        if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
-            for d in (Path(tmp), run.jobs):
-                d.chmod(0o711)
+        run = Run(build, jobs_folder(Path(tmp)), mode, timeout, extra, command, warm)
         try:
             results = Graded(_in_parallel(run, todo, spool, watch, workers))
         finally:

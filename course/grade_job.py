@@ -346,6 +346,15 @@ def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) ->
     return Result(student, ex_id, status, messages=list(messages), **how, **kw)
 
 
+def jobs_folder(tmp: Path) -> Path:
+    """tmp/jobs for the jobs' folders; as root, passable (never listable) by each job's users."""
+    (tmp / "jobs").mkdir()
+    if os.geteuid() == 0:
+        for d in (tmp, tmp / "jobs"):
+            d.chmod(0o711)
+    return tmp / "jobs"
+
+
 @dataclass(frozen=True)
 class Run:
     """What every job of one `grade` run shares."""
