@@ -55,8 +55,7 @@ class Launcher:
         self.thread.start()
 
     def close(self) -> None:
-        """At the end of the job: the service ends, and so does the submission's process and all
-        of its uid."""
+        """At the job's end: the service ends, and so does the submission's process."""
         with contextlib.suppress(OSError):
             self.ours.shutdown(socket.SHUT_RDWR)
         if self.thread.is_alive():
@@ -135,8 +134,7 @@ class Client:
 
     @classmethod
     def taken(cls) -> Client | None:
-        """This process's client, when `grade` named one (the variable is removed, the fd not
-        inherited)."""
+        """This process's client, when `grade` named one (the variable is removed)."""
         text = os.environ.pop(VAR, None)
         if cls._taken is None and text and text.isdigit():
             try:
@@ -162,8 +160,7 @@ class Client:
         return int(code) if code.lstrip("-").isdigit() else None
 
     def _ask(self, request: bytes) -> tuple[list[bytes], list[int]]:
-        """Send `request`; its reply's words and fds. Replies to earlier requests never read are
-        skipped, and their sockets closed."""
+        """Send `request`; its reply's words and fds (unread replies to earlier ones skipped)."""
         self.sent += 1
         self.sock.send(request)
         while True:

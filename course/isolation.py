@@ -110,7 +110,7 @@ class Submission:
         return ours
 
     def _saw(self, exc: BaseException) -> None:
-        """An exception from the child: one that a limit caused (or caused it) names the limit."""
+        """An exception from the child that a limit caused names the limit."""
         for _ in range(remote.DEPTH + 1):
             self._limit_of(exc)
             exc = exc.__cause__ or exc.__context__
