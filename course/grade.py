@@ -278,20 +278,15 @@ def parser() -> ArgParser:
     )
     extra = "the instructor's hidden pytest files, run with the exercise's own checks"
     p.add_argument("--extra-checks", nargs="+", default=[], type=Path, metavar="PATH", help=extra)
-    p.add_argument(
-        "--workers",
-        type=int_in(1, 64),
-        default=min(2, os.cpu_count() or 1),
-        help="submissions graded at the same time (default: 2, or 1 on one core)",
+    workers = "submissions graded at the same time (default: 2, or 1 on one core)"
+    default = min(2, os.cpu_count() or 1)
+    p.add_argument("--workers", type=int_in(1, 64), default=default, help=workers)
+    sandbox = (
+        "run each submission under bubblewrap: read-only file system but its scratch folder, no "
+        "network, its own PID namespace (default: on when bwrap works here). --no-sandbox grades "
+        "even where nothing isolates a submission (results unverified)"
     )
-    p.add_argument(
-        "--sandbox",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run each submission under bubblewrap: read-only file system but its scratch "
-        "folder, no network, its own PID namespace (default: on when bwrap works here). "
-        "--no-sandbox grades even where nothing isolates a submission (results unverified)",
-    )
+    p.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None, help=sandbox)
     for name, metavar, what in OUTPUTS:
         p.add_argument(name, type=Path, metavar=metavar, help=f"also write {what}")
     for name, low, high, default, metavar, what in LIMITS:

@@ -95,10 +95,8 @@ def main(argv: list[str]) -> int:
 
 
 def solution_main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="pagedsim solution",
-        description="the reference solution, once your own passes its checks",
-    )
+    what = "the reference solution, once your own passes its checks"
+    p = ArgParser(prog="pagedsim solution", description=what)
     p.add_argument("exercise", help="an exercise id such as 3.4a")
     p.add_argument("--force", action="store_true", help="show it before you have passed")
     args = p.parse_args(argv)

@@ -61,10 +61,8 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 
 
 def main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="pagedsim watch",
-        description="check an exercise on every save; move on to the next on a pass",
-    )
+    what = "check an exercise on every save; move on to the next on a pass"
+    p = ArgParser(prog="pagedsim watch", description=what)
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
     every = "seconds between looks at the file (default 1)"
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help=every)
