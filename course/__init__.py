@@ -41,7 +41,6 @@ _ALL = {
 COMMANDS = {
     name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None
 }
-# POOLS is what the course adds to `pagedsim generate --pool` (pagedsim/app/cli.py reads it):
 # name -> (module:function returning a factory (num_gpu_blocks, block_size) -> KVCacheManager, help)
 POOLS = {
     "workspace": (

@@ -13,7 +13,7 @@ $AUTOGRADER_ROOT (default /autograder), so a test can run it anywhere.
 Each exercise is one job of `pagedsim grade` (course/grade_job.py: `run_one`): the same
 walk of the folder (bounded, no link followed), the same bounded read, the same private copy
 of the checks, time limit and kill of the whole session. The isolation is the container
-Gradescope makes per submission, plus what works inside it (`mode`): bubblewrap, or a uid of
+Gradescope makes per submission, plus what works inside it: bubblewrap, or a uid of
 its own per job when this runs as root (course/INSTRUCTORS.md says what each holds). The
 score of an exercise is its weight (course/curriculum.toml) times the share of its checks
 passed. Whatever happens, a results.json is written: a crash here is one test that says so.
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum
+from . import curriculum, grade_job
 from .grade_job import DEFAULT_TIMEOUT, READ_LIMITS, Mode, Run, read_handed, row, run_one, survey
 from .grade_report import gradescope_results
 
@@ -39,8 +39,7 @@ CODE = ("pagedsim", "course", "cuda_kernels")  # what a job's private copy holds
 
 
 def installed_build(root: Path = curriculum.REPO_ROOT) -> dict:
-    """{relative path: bytes} of the installed code a job runs from (the bundle installs a
-    student copy: no solutions), without caches."""
+    """{relative path: bytes} of the installed code (a student copy: no solutions), no caches."""
     build = {}
     for top in CODE:
         for e in walk.entries(root / top, walk.Bounds(depth=16, entries=50_000)):
@@ -49,26 +48,16 @@ def installed_build(root: Path = curriculum.REPO_ROOT) -> dict:
     return build
 
 
-def mode() -> Mode:
-    """The isolation that works inside this container, on top of the container itself."""
-    sandbox = jail.bwrap() is not None
-    return Mode(sandbox, jail.can_run_as_user(sandbox))
-
-
 def grade_submission(folder: Path, exercises, timeout: float) -> list:
     """One Result per exercise for the submission in `folder`."""
-    how = mode()
+    sandbox = jail.bwrap() is not None  # what works inside the container, on top of it
+    how = Mode(sandbox, jail.can_run_as_user(sandbox))
     handed = survey(folder, exercises, READ_LIMITS)
     data = read_handed(folder, handed, exercises, READ_LIMITS)
     build = installed_build()
     rows = []
     with walk.temporary_folder("pagedsim-autograder-") as tmp:
-        jobs = Path(tmp) / "jobs"
-        jobs.mkdir()
-        if os.geteuid() == 0:  # each job's users may pass through (never list) to its folder
-            for d in (Path(tmp), jobs):
-                d.chmod(0o711)
-        run = Run(build, jobs, how, timeout)
+        run = Run(build, grade_job.jobs_folder(Path(tmp)), how, timeout)
         jail.become_subreaper()
         for ex in exercises:
             got = data.get(ex.id)

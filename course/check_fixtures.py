@@ -5,10 +5,9 @@
     kernels   the `cuda_kernels` package (a GPU or Numba's CUDA simulator), or a skip
 
 `impl` is the module seen through `traced`: an exception leaving one of the file's functions or
-methods carries the student's own call in `exc.raised_by` (e.g. "external_fragmentation([])"),
-which the runner names instead of the whole check. `pagedsim check` registers this module as a
-pytest plugin, so `--extra-checks` files get both fixtures, and one marker per curriculum section
-(ch3_1, ...)."""
+methods carries the student's own call in `exc.raised_by` (e.g. "external_fragmentation([])").
+`pagedsim check` registers this module as a pytest plugin, so `--extra-checks` files get both
+fixtures, and one marker per curriculum section (ch3_1, ...)."""
 
 import atexit
 import contextlib
@@ -38,7 +37,7 @@ _HOME: list = []  # [the temporary folder, the home Hypothesis had before the ru
 
 
 def _private_hypothesis_home() -> None:
-    """Point Hypothesis's storage (its .hypothesis/ folder) at one temporary folder per process."""
+    """Hypothesis's .hypothesis/ folder in one temporary folder per process."""
     if not _HOME:
         _HOME.append(tempfile.mkdtemp(prefix="pagedsim-hypothesis-"))
         atexit.register(shutil.rmtree, _HOME[0], True)
@@ -84,8 +83,8 @@ def _wrap(fn, name: str, bound: bool):
 
 
 class _Named:
-    """A name served by a submission in its own process (course/isolation.py), whose calls name
-    the call that raised; indexing (a kernel launch) and attributes pass through."""
+    """A name served by a submission in its own process, whose calls name the call that raised;
+    indexing (a kernel launch) and attributes pass through."""
 
     __pagedsim_remote__ = True
 
@@ -103,8 +102,6 @@ class _Named:
 
 
 class _LazyView(types.ModuleType):
-    """A view of a module whose names are served on demand (a submission in its own process)."""
-
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
@@ -149,7 +146,6 @@ def impl(request):
 
 @pytest.fixture
 def kernels():
-    """The `cuda_kernels` package (a GPU or Numba's CUDA simulator), or skip with the reason."""
     try:
         import cuda_kernels
     except ImportError as e:  # built by another part of the project

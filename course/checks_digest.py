@@ -1,10 +1,8 @@
 """The checks a checker imports are the ones the grader hashed.
 
-`pagedsim grade` hashes each job's private copy of the course (grade_job.Job.checks_digest)
-and hands the digest to the checker in $PAGEDSIM_CHECKS_DIGEST. Right before pytest imports
-the checks, the checker (course/runner.py) calls `verify_checks`: a file changed since the
-grader hashed it ends the job as an error. This module is the checker's side alone, so the
-checker needs nothing of the grader's.
+`pagedsim grade` hands each checker the digest of its private copy of the course
+(grade_job.Job.checks_digest) in $PAGEDSIM_CHECKS_DIGEST; the checker (course/runner.py) calls
+`verify_checks` right before pytest imports the checks. The checker's side alone.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ import argparse
 import importlib
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -57,9 +56,7 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        return _usage_error(
-            "pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}"
-        )
+        p.error(f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
     print(lesson_text(args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
@@ -89,15 +86,14 @@ def lesson_main(argv: list[str]) -> int:
 
 
 def _say_what_was_written(out: Path, new: list, *, temporary: bool) -> None:
-    """Name the files the demo wrote, and only those (after the exercise lines, so that the demo
-    still ends with its verdict); a temporary folder left empty goes away."""
+    """Name the files the demo wrote (after the exercise lines); an unused temporary folder goes."""
     files = [p for p in new if p.is_file()]
     if files:
         names = ", ".join(str(p.relative_to(out)) for p in files[:6])
         more = f" (+{len(files) - 6} more)" if len(files) > 6 else ""
         en = f"(wrote {len(files)} file(s) to {out}: {names}{more})"
         print(i18n.say(en, f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）"))
-    elif temporary:  # nothing to claim: the unused folder goes away
+    elif temporary:
         shutil.rmtree(out, ignore_errors=True)
 
 
@@ -122,38 +118,26 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
     )
 
 
-def _usage_error(prog: str, message: str) -> int:
-    """A usage error as ArgParser words it: one line on stderr, exit status 2."""
-    print(f"{prog}: error: {message} (see --help)", file=sys.stderr)
-    return 2
-
-
 def _check_parser():
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
-    p.add_argument("--all", action="store_true", help="every exercise, in course order")
-    p.add_argument("--solutions", action="store_true", help="check the reference solutions")
-    p.add_argument(
-        "--json", action="store_true", help="print one JSON object per exercise (machine-readable)"
+    flags = (  # names, what
+        (["--all"], "every exercise, in course order"),
+        (["--solutions"], "check the reference solutions"),
+        (["--json"], "print one JSON object per exercise (machine-readable)"),
+        (["--verbose", "-v"], "show every failing check"),
+        (["--curriculum"], "validate course/curriculum.toml"),
+        (["--mutants"], "prove the checks catch the known bugs"),
+        (["--generic"], "with --mutants: also measure generic mutants"),
     )
+    for names, what in flags:
+        p.add_argument(*names, action="store_true", help=what)
     default = "default 60, times the load per core when the machine is busy"
     per = f"seconds allowed per check and for importing the file ({default})"
     p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S", help=per)
-    p.add_argument(
-        "--extra-checks",
-        nargs="+",
-        type=Path,
-        default=[],
-        metavar="PATH",
-        help="more pytest files to run against the same file (fixtures: impl, kernels)",
-    )
-    p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
-    p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
-    p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
-    p.add_argument(
-        "--generic", action="store_true", help="with --mutants: also measure generic mutants"
-    )
+    more = "more pytest files to run against the same file (fixtures: impl, kernels)"
+    p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH", help=more)
     per = "with --generic: N generic mutants per exercise"
     p.add_argument("--sample", type=int_in(1, 10**6), metavar="N", help=per)
     _lang_arg(p)
@@ -166,15 +150,6 @@ def _curriculum_report(exercises) -> int:
         print(f"curriculum: {line}")
     print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
     return 1 if found else 0
-
-
-def _mutants_report(args, chosen) -> int:
-    try:
-        from .mutation import report
-    except ImportError:
-        why = "--mutants is not part of this build (the student copy has no mutants)"
-        return _usage_error("pagedsim check", why)
-    return report(chosen, generic=args.generic, sample=args.sample)
 
 
 def _list_exercises(exercises) -> int:
@@ -215,7 +190,8 @@ def _run_and_report(chosen, args) -> int:
 
 def check_main(argv: list[str]) -> int:
     verdict.take()  # under `pagedsim grade`: the verdict's own channel, before anything runs
-    args = _check_parser().parse_args(argv)
+    p = _check_parser()
+    args = p.parse_args(argv)
     i18n.set_lang(args.lang)
     exercises = curriculum.load()
     if args.curriculum:
@@ -223,18 +199,20 @@ def check_main(argv: list[str]) -> int:
     try:
         one = [curriculum.find(args.exercise, exercises)] if args.exercise else None
     except KeyError as e:
-        return _usage_error("pagedsim check", e.args[0])
+        p.error(e.args[0])
     if args.mutants:
-        return _mutants_report(args, one or exercises)
+        try:
+            from .mutation import report
+        except ImportError:
+            p.error("--mutants is not part of this build (the student copy has no mutants)")
+        return report(one or exercises, generic=args.generic, sample=args.sample)
     if (args.impl or args.extra_checks) and not one:
-        why = (
+        p.error(
             "--impl and --extra-checks need one exercise id (e.g. pagedsim check 3.4a --impl FILE)"
         )
-        return _usage_error("pagedsim check", why)
     if not (args.all or one):
         return _list_exercises(exercises)
     chosen = exercises if args.all else one
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        why = "--impl and --extra-checks need exactly one exercise id"
-        return _usage_error("pagedsim check", why)
+        p.error("--impl and --extra-checks need exactly one exercise id")
     return _run_and_report(chosen, args)

@@ -1,8 +1,4 @@
-"""Load `course/curriculum.toml` and check that it tells the truth about the files.
-
-The file is read with the standard library's `tomllib` on Python 3.11+, and with `tomli`
-(the same parser, a dependency only there) on Python 3.10.
-"""
+"""Load `course/curriculum.toml` and check that it tells the truth about the files."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 COURSE_DIR = Path(__file__).resolve().parent
-# the folder holding the `course` package: the repository, or site-packages
-REPO_ROOT = COURSE_DIR.parent
+REPO_ROOT = COURSE_DIR.parent  # the repository, or site-packages
 CURRICULUM = COURSE_DIR / "curriculum.toml"
 FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
 # Folders whose every .py file must be named by some entry (orphans are refused).
@@ -46,7 +41,7 @@ class Exercise:
     weight: float = 1.0  # points in grading: weight x the share of checks passed
 
     def hint_levels(self, lang: str) -> list[str]:
-        """Graduated hints: the nudges (what to look at), then the full hint (the recipe)."""
+        """The nudges (what to look at), then the full hint (the recipe)."""
         zh = lang == "zh"
         nudges = self.nudges_zh if zh and self.nudges_zh else self.nudges
         return [*nudges, self.hint_zh if zh and self.hint_zh else self.hint]
@@ -89,8 +84,7 @@ LESSONS_DIR = COURSE_DIR / "ch03_kv_block" / "lessons"
 
 
 def sections() -> list[str]:
-    """Every lesson, in course order, from its file: ch03_kv_block/lessons/l3_1.py is section
-    "3.1" (a section with no exercise, like the capstone 3.8, has a lesson all the same)."""
+    """Every lesson in course order, from its file: ch03_kv_block/lessons/l3_1.py is "3.1"."""
     found = [f.stem[1:].replace("_", ".") for f in LESSONS_DIR.glob("l*_*.py")]
     return sorted(found, key=lambda s: tuple(int(part) for part in s.split(".")))
 
@@ -124,12 +118,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
         out += _hint_problems(ex)
-        weight = ex.weight
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not 0 <= weight <= 1000
-        ):
+        number = isinstance(ex.weight, (int, float)) and not isinstance(ex.weight, bool)
+        if not number or not 0 <= ex.weight <= 1000:
             out.append(f"exercise {ex.id}: weight {ex.weight!r} is not a number from 0 to 1000")
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")

@@ -109,15 +109,10 @@ def installed_pyproject(dist=None) -> str:
     q = json.dumps  # a TOML basic string is written like a JSON string
     deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]
     groups = {"console_scripts": "[project.scripts]", "pytest11": "[project.entry-points.pytest11]"}
-    entries = [
-        line
-        for group, head in groups.items()
-        for line in [
-            head,
-            *(f"{q(ep.name)} = {q(ep.value)}" for ep in dist.entry_points if ep.group == group),
-            "",
-        ]
-    ]
+    entries = []
+    for group, head in groups.items():
+        eps = [f"{q(ep.name)} = {q(ep.value)}" for ep in dist.entry_points if ep.group == group]
+        entries += [head, *eps, ""]
     return PYPROJECT.format(
         name=q(dist.metadata["Name"]),
         version=q(dist.version),
@@ -163,17 +158,15 @@ def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
 
 def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "dir", help="where the student copy goes (a new or empty folder, outside the project)"
-    )
-    args = p.parse_args(argv)
+    where = "where the student copy goes (a new or empty folder, outside the project)"
+    p.add_argument("dir", help=where)
+    dest = p.parse_args(argv).dir
     try:
-        written = export(args.dir)
+        written = export(dest)
     except ValueError as e:
         p.error(str(e))
-    args.dir = Path(args.dir)
-    print(f"wrote {len(written)} files to {args.dir} (no solutions, no mutant catalogue, no tests)")
-    print(f"students: cd {args.dir} && pip install . && pagedsim check 3.1")
+    print(f"wrote {len(written)} files to {dest} (no solutions, no mutant catalogue, no tests)")
+    print(f"students: cd {dest} && pip install . && pagedsim check 3.1")
     return 0
 
 

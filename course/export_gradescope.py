@@ -71,13 +71,9 @@ def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim export-gradescope", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", help="where the bundle goes (a new or empty folder, outside the project)")
     p.add_argument("--exercise", nargs="+", metavar="ID", help="grade only these (default: all)")
-    p.add_argument(
-        "--timeout",
-        type=float_in(0, 86_400, open_low=True),
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"seconds per exercise before its job is killed (default {DEFAULT_TIMEOUT:g})",
-    )
+    per = f"seconds per exercise before its job is killed (default {DEFAULT_TIMEOUT:g})"
+    seconds = float_in(0, 86_400, open_low=True)
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="S", help=per)
     args = p.parse_args(argv)
     try:
         archive = write_bundle(args.dir, args.exercise, args.timeout)

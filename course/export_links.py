@@ -1,11 +1,9 @@
 """Markdown links in a student copy that would point at a file the export left out.
 
-`pagedsim export-course` leaves the instructor's pages out; a README that links to them
-would send a student to a missing file. `unlink_missing(dest)` rewrites every relative
-Markdown link `[text](path)` whose target does not exist in the copy to plain `text`
-(noting that it is in the instructor's copy), and returns the links it rewrote. A section
-between `<!-- repo-only ... -->` and `<!-- /repo-only -->` (the README's test-suite command,
-which needs the tests/ a student copy lacks) is cut out whole by `drop_repo_only(dest)`.
+`pagedsim export-course` leaves the instructor's pages out: `unlink_missing(dest)` makes every
+relative Markdown link to a missing file plain text, and `drop_repo_only(dest)` cuts out each
+section between `<!-- repo-only ... -->` and `<!-- /repo-only -->` (e.g. the README's test-suite
+command, which needs the tests/ a student copy lacks).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ REPO_ONLY = re.compile(r"<!-- repo-only\b.*?-->.*?<!-- /repo-only -->\n?", re.S)
 
 
 def _missing(md: Path, target: str) -> bool:
-    """Whether the link `target` in `md` is relative and names a file that does not exist."""
     path = target.split("#", 1)[0]
     relative = not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) and not target.startswith("#")
     return bool(path) and relative and not (md.parent / path).exists()
@@ -58,7 +55,6 @@ def drop_repo_only(dest: Path) -> list[str]:
 
 
 def missing_links(dest: Path) -> list[str]:
-    """Relative Markdown links under `dest` that point at a missing file (should be none)."""
     dest = Path(dest)
     return [
         f"{md.relative_to(dest)}: {m.group(2)}"

@@ -5,16 +5,12 @@
       bob/hw3/ex3_4a_free_list.py    anywhere below the student's folder
 
 Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a session of its own,
-killed whole at `--timeout` (status `timeout`), from a private build without the solutions (one job:
-grade_job.py; reports: grade_report.py; similarity: grade_similarity.py). Each student's folder is
-walked once, bounded (pagedsim/testing/walk.py), and read into a private spool before the first job;
-DIR is hashed after every job (`Watch`). As root, each checker runs as a uid of its own, forked from
-its worker's warm process (grade_warm.py). Isolation (`decide_mode`): bubblewrap where it works, a
-uid per job as root; with neither, grading is refused unless --no-sandbox, and every result is
-`verified: false`. Statuses: pass, fail, timeout, error (missing, unparsable, crashing or
-solution-importing file, or a dead checker). Without --exercise, every exercise some student handed
-in is graded. Exit status 0 when every result was produced, 2 for bad arguments (checked before
-anything starts). The threat model and options: course/INSTRUCTORS.md.
+killed whole at `--timeout`, from a private build without the solutions (grade_job.py). Each
+student's folder is walked once, bounded, and read into a private spool before the first job; DIR
+is hashed after every job (`Watch`). Isolation (`decide_mode`): bubblewrap where it works, a uid
+per job as root; with neither, grading is refused unless --no-sandbox, and every result is
+`verified: false`. Exit status 0 when every result was produced, 2 for bad arguments (checked
+before anything starts). The threat model and options: course/INSTRUCTORS.md.
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from .grade_job import (
     ReadLimits,
     Result,
     Run,
+    jobs_folder,
     private_checks,
     read_handed,
     row,
@@ -52,8 +49,7 @@ from .grade_report import as_csv, as_json, pairs_csv, printable, table, write_gr
 
 
 def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
-    """({student: Handed}, exercises to grade): every sub-folder walked once (a link to one
-    gets a row saying why), and the chosen exercises, or those some student handed in."""
+    """({student: Handed}, the chosen exercises or those some student handed in)."""
     exercises = curriculum.load()
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     handed = {s: survey(root / s, exercises, limits) for s in names}
@@ -66,7 +62,7 @@ def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
 
 class Spool:
     """What every job grades, read before the first job starts (so no job can change another
-    student's file) into a folder of the grader's own, one bounded file at a time."""
+    student's file) into a folder of the grader's own."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -103,10 +99,9 @@ class Graded(list):
 
 
 class Watch:
-    """Who changed a file under DIR: after each job, each student's folder is hashed again
-    (jail.contents) and every change is blamed on each job that ran since the last look.
-    Past ReadLimits.student_bytes in one folder, a file is known by its size, ctime and
-    inode, so a huge folder is not read again after every job."""
+    """Who changed a file under DIR: after each job, each student's folder is hashed again and
+    every change is blamed on each job that ran since the last look (past
+    ReadLimits.student_bytes, a file is known by its size, ctime and inode)."""
 
     def __init__(self, root: Path, limits: ReadLimits = READ_LIMITS):
         self.root, self.limits, self.lock = root, limits, threading.Lock()
@@ -136,9 +131,8 @@ class Watch:
             self.running.discard(key)
             now = self.look()
             changed = jail.changed(self.seen, now)
-            for job in self.since:
-                if changed:
-                    self.blamed.setdefault(job, []).extend(changed)
+            for job in self.since if changed else ():
+                self.blamed.setdefault(job, []).extend(changed)
             self.seen, self.since = now, set(self.running)
 
 
@@ -146,8 +140,7 @@ def decide_mode(
     sandbox: bool | None, *, as_user: bool | None = None, limits=None, max_reply: int = 64 << 20
 ) -> Mode:
     """The isolation a run gets: bubblewrap when asked or where it works, and a uid per job
-    whenever one can run Python here (`as_user` forces it). ValueError when the sandbox was
-    asked for and does not work, or nothing would isolate a submission unasked."""
+    whenever one can run Python here (`as_user` forces it); ValueError when none can be had."""
     works = jail.bwrap() is not None
     if sandbox and not works:
         raise ValueError(
@@ -177,7 +170,7 @@ def grade(
     limits: ReadLimits = READ_LIMITS,
 ) -> Graded:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
-    checker command (tests use a fake); `mode` defaults to the best this machine offers."""
+    checker command (a test's fake); `mode` defaults to the best this machine offers."""
     root = Path(root).resolve()
     handed, exercises = plan(root, exercise_ids, limits)
     mode = mode or decide_mode(None)
@@ -193,11 +186,7 @@ def grade(
         # as root, verified, with the real checker: checkers fork from warm processes
         warm_fits = mode.warm and mode.verified and command is None and os.geteuid() == 0
         warm = _warm(Path(tmp), build, extra, workers) if warm_fits else None
-        run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
-        run.jobs.mkdir()
-        if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
-            for d in (Path(tmp), run.jobs):
-                d.chmod(0o711)
+        run = Run(build, jobs_folder(Path(tmp)), mode, timeout, extra, command, warm)
         try:
             results = Graded(_in_parallel(run, todo, spool, watch, workers))
         finally:
@@ -217,7 +206,7 @@ def grade(
 
 
 def _build(tmp: Path) -> dict:
-    """{relative path: bytes} of the code without solutions (`export-course`), in memory."""
+    """{relative path: bytes} of the code without solutions (`export-course`)."""
     written = export.export(tmp / "build", prefixes=export.PACKAGES)
     build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
     shutil.rmtree(tmp / "build")
@@ -225,7 +214,6 @@ def _build(tmp: Path) -> dict:
 
 
 def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
-    """The run's warm checkers, and the read-only copy of the build they import from."""
     folder = tmp / "warm"
     for rel, body in build.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -236,8 +224,8 @@ def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
 
 
 def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> list[Result]:
-    """One Result per (student, exercise, path) of `todo`, in order, `workers` at a time;
-    each job holds a slot (its uids, as root) while it runs."""
+    """One Result per (student, exercise, path) of `todo`, in order, `workers` at a time; each
+    job holds a slot (its uids, as root) while it runs."""
     slots: queue.Queue = queue.Queue()
     for n in range(max(1, workers)):
         slots.put(n)
@@ -278,9 +266,8 @@ LIMITS = (  # each submission's process: option, lowest, highest, default, metav
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim grade", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path, help="one folder per student, files named like the stubs")
-    p.add_argument(
-        "--exercise", nargs="+", metavar="ID", help="grade only these exercises (e.g. 3.4a 3.4b)"
-    )
+    only = "grade only these exercises (e.g. 3.4a 3.4b)"
+    p.add_argument("--exercise", nargs="+", metavar="ID", help=only)
     per = (
         f"seconds per student x exercise before its session is killed (default {DEFAULT_TIMEOUT:g})"
     )
@@ -291,20 +278,15 @@ def parser() -> ArgParser:
     )
     extra = "the instructor's hidden pytest files, run with the exercise's own checks"
     p.add_argument("--extra-checks", nargs="+", default=[], type=Path, metavar="PATH", help=extra)
-    p.add_argument(
-        "--workers",
-        type=int_in(1, 64),
-        default=min(2, os.cpu_count() or 1),
-        help="submissions graded at the same time (default: 2, or 1 on one core)",
+    workers = "submissions graded at the same time (default: 2, or 1 on one core)"
+    default = min(2, os.cpu_count() or 1)
+    p.add_argument("--workers", type=int_in(1, 64), default=default, help=workers)
+    sandbox = (
+        "run each submission under bubblewrap: read-only file system but its scratch folder, no "
+        "network, its own PID namespace (default: on when bwrap works here). --no-sandbox grades "
+        "even where nothing isolates a submission (results unverified)"
     )
-    p.add_argument(
-        "--sandbox",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="run each submission under bubblewrap: read-only file system but its scratch "
-        "folder, no network, its own PID namespace (default: on when bwrap works here). "
-        "--no-sandbox grades even where nothing isolates a submission (results unverified)",
-    )
+    p.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None, help=sandbox)
     for name, metavar, what in OUTPUTS:
         p.add_argument(name, type=Path, metavar=metavar, help=f"also write {what}")
     for name, low, high, default, metavar, what in LIMITS:

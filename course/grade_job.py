@@ -1,13 +1,11 @@
 """One student x exercise, graded in a process group of its own (see course/grade.py).
 
-Invariants: every job runs `pagedsim check ID --impl FILE --json` (`child_command`) from a
-private, read-only copy of the code, the checks and the file, writing only in its scratch folder
-(`Job`); the copies are hashed before and after, and a job that changed them is not graded; the
-whole session is killed at the end or the time limit; a `Result` comes out for anything the
-student did, never an exception. A link, or a copy of a reference solution, is refused unread. As
-root, the checker runs confined as a uid of its own with no capability (`Users`, `_confined`),
-and the grader starts and ends the submission's process at its request (`_launcher`,
-course/grade_launch.py)."""
+Invariants: every job runs `pagedsim check ID --impl FILE --json` from a private, read-only copy
+of the code, the checks and the file (`Job`), hashed before and after: a job that changed them
+is not graded. The whole session is killed at the end or the time limit; a `Result` comes out
+for anything the student did, never an exception. As root, the checker runs confined as a uid of
+its own with no capability (`Users`), and the grader starts and ends the submission's process at
+its request (course/grade_launch.py)."""
 
 from __future__ import annotations
 
@@ -64,14 +62,12 @@ READ_LIMITS = ReadLimits()
 
 @dataclass
 class Handed:
-    """One student's folder: the file chosen per stub name, or the one line why the folder could
-    not be walked."""
+    """One student's folder: the file chosen per stub name, or why it could not be walked."""
 
     files: dict  # stub name -> walk.Entry (a regular file, or a link that `refuse` names)
     error: str = ""
 
     def path(self, folder: Path, ex) -> Path:
-        """The student's file for `ex` (a path that does not exist when there is none)."""
         e = self.files.get(stub_name(ex))
         return folder / (e.rel if e else stub_name(ex))
 
@@ -98,8 +94,7 @@ def survey(folder: Path, exercises, limits: ReadLimits = READ_LIMITS) -> Handed:
 
 
 def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> dict:
-    """{exercise id: bytes, or the one line why not} for one student: sizes checked (from the
-    walk) before anything is read, each file read bounded, never through a link."""
+    """{exercise id: bytes, or why not}: sizes checked before anything is read, never a link."""
     if handed.error:
         return {ex.id: handed.error for ex in exercises}
     chosen = {ex.id: handed.files.get(stub_name(ex)) for ex in exercises}
@@ -126,9 +121,12 @@ def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> 
 
 
 def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
-    """The command one grading process runs: `pagedsim check ID --impl FILE --json`."""
     cmd = [sys.executable, "-m", "pagedsim.app.cli", "check", exercise_id, "--impl", str(path)]
-    return cmd + ["--json"] + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
+    return cmd + _json_and_extra(extra_checks)
+
+
+def _json_and_extra(extra_checks) -> list[str]:
+    return ["--json"] + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
 @dataclass(frozen=True)
@@ -143,8 +141,7 @@ class Mode:
 
     @property
     def verified(self) -> bool:
-        """Whether a submission is kept from the grader and the other files (bubblewrap or an own
-        uid); without either, a verdict is not to be trusted."""
+        """Whether a submission is kept from the grader and the other files: a verdict to trust."""
         return self.sandbox or self.own_uid
 
     @property
@@ -154,8 +151,7 @@ class Mode:
 
 
 def _env(job: Job, mode: Mode, users: Users | None) -> dict:
-    """The checker's environment: its private code alone on the import path, what its child needs
-    (sandbox, uid, limits, the checks' hashes); as its own uid, scratch is HOME."""
+    """The checker's environment: its private code alone on the import path."""
     root, scratch = job.code, job.scratch
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEDSIM_")}
     env.update(
@@ -192,8 +188,7 @@ class Users:
         return cls(jail.checker_uid(slot), jail.job_uid(slot) if mode.own_uid else None)
 
     @property
-    def group(self) -> int:
-        """The group that reads the job's code and file (both of them are in it)."""
+    def group(self) -> int:  # reads the job's code and file; both users are in it
         return self.job if self.job is not None else self.checker
 
 
@@ -206,17 +201,17 @@ def _hidden() -> list[Path]:
     ]
 
 
-def _confined(job: Job, users: Users):
-    """The checker's view (jail.confined): only its job's folder of the shared temporary ones, no
-    solutions or mutant catalogues, then its own uid with no capability."""
-    groups = () if users.group == users.checker else (users.group,)
-    account = jail.Account(users.checker, groups, cwd=str(job.scratch), bare=True)
-    return jail.confined(keep=[job.folder], writable=job.scratch, hide=_hidden(), account=account)
+def _checker_view(job: Job, users: Users, *more: Path) -> tuple[dict, dict]:
+    """The checker's view and account (jail.confined, jail.Account): only its job's folder of the
+    shared temporary ones, no solutions or mutant catalogues, its own uid with no capability."""
+    groups = [] if users.group == users.checker else [users.group]
+    account = dict(uid=users.checker, groups=groups, cwd=str(job.scratch), bare=True)
+    keep = [str(p) for p in (job.folder, *more)]
+    return dict(keep=keep, writable=str(job.scratch), hide=[str(p) for p in _hidden()]), account
 
 
 def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
-    """The grader's end of the job's submission process (grade_launch.py): in a view like the
-    checker's, writable only in scratch/child, as the job's uid."""
+    """The grader's end of the submission's process: a view like the checker's, as the job's uid."""
     spec = isolation.ChildSpec(job.submission, job.code, job.work, mode.sandbox)
     view = dict(keep=[job.folder], writable=job.work, hide=_hidden())
     if users.job is not None:
@@ -241,6 +236,10 @@ def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
 
 def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: list[int]):
     """The job's checker as a process of its own (confined, as its uid, with `users`)."""
+    confine = None
+    if users is not None:
+        view, account = _checker_view(job, users)
+        confine = jail.confined(**view, account=jail.Account(**account))
     return subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -252,7 +251,7 @@ def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: 
         pass_fds=fds,
         start_new_session=True,
         cwd=None if users else job.scratch,  # as its uid, it enters scratch itself
-        preexec_fn=_confined(job, users) if users else None,
+        preexec_fn=confine,
     )
 
 
@@ -260,19 +259,13 @@ def _fork_warm(
     pool: grade_warm.Pool, slot: int, job: Job, users: Users, argv: list[str], env: dict
 ) -> grade_warm.Job:
     """The job's checker forked from its worker's warm process, confined as a cold one."""
-    argv = [*argv, "--json"] + (["--extra-checks", *map(str, pool.extra)] if pool.extra else [])
+    argv = argv + _json_and_extra(pool.extra)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     fds = {"stdout": out_w, "stderr": err_w, verdict.VAR: int(env.pop(verdict.VAR))}
     if grade_launch.VAR in env:
         fds[grade_launch.VAR] = int(env.pop(grade_launch.VAR))
-    groups = [] if users.group == users.checker else [users.group]
-    account = dict(uid=users.checker, groups=groups, cwd=str(job.scratch), bare=True)
-    view = dict(
-        keep=[str(job.folder), str(pool.build)],
-        writable=str(job.scratch),
-        hide=[str(p) for p in _hidden()],
-    )
+    view, account = _checker_view(job, users, pool.build)
     try:
         got = pool.slots[slot].start(argv, env, view, account, fds)
     except OSError:
@@ -288,8 +281,7 @@ def _fork_warm(
 
 @dataclass
 class Job:
-    """One student x exercise: a private folder for this job alone. With a uid of its own the
-    child reads code and file through its group and writes only in scratch/child."""
+    """One student x exercise: a private folder for this job alone."""
 
     folder: Path
     code: Path  # the build (code and checks, no solutions): read-only, hashed before and after
@@ -305,8 +297,7 @@ class Job:
     def make(
         cls, run: Run, name: str, data: bytes, users: Users | None = None
     ) -> tuple[Job, list[Path]]:
-        """Write the build and the file (held in memory since grading began) into a new private
-        folder; with `users`, readable by their group only."""
+        """Write the build and the file into a new private folder (with `users`: their group's)."""
         jobs, build, extra_checks = run.jobs, run.build, run.extra_checks
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
         job = cls(folder, folder / "code", folder / "submission" / name, folder / "scratch")
@@ -342,7 +333,6 @@ class Job:
         return {k.removeprefix(ours): v for k, v in self.digest.items() if k.startswith(ours)}
 
     def tampered(self) -> list[str]:
-        """The files of the private copy that changed since the job was made."""
         return jail.changed(self.digest, self.contents())
 
     def remove(self) -> None:
@@ -354,6 +344,15 @@ def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) ->
     how = dict(sandbox=mode.sandbox, verified=mode.verified, mode=mode.name)
     how["limits"] = mode.limits.as_json()
     return Result(student, ex_id, status, messages=list(messages), **how, **kw)
+
+
+def jobs_folder(tmp: Path) -> Path:
+    """tmp/jobs for the jobs' folders; as root, passable (never listable) by each job's users."""
+    (tmp / "jobs").mkdir()
+    if os.geteuid() == 0:
+        for d in (tmp, tmp / "jobs"):
+            d.chmod(0o711)
+    return tmp / "jobs"
 
 
 @dataclass(frozen=True)
@@ -372,9 +371,8 @@ class Run:
 def run_one(
     student: str, ex_id: str, path: Path, run: Run, *, data: bytes | None = None, slot: int = 0
 ) -> Result:
-    """Grade one file in its own session, from its own copy of the checks; never raises for
-    anything the student did. `data`: the bytes read when grading began; `slot`: the worker (its
-    uids)."""
+    """Grade one file in its own session; never raises for anything the student did. `data`: the
+    bytes read when grading began; `slot`: the worker (its uids)."""
     mode = run.mode
     if data is None and not path.is_file():
         return row(student, ex_id, mode, "error", [f"no file {path.name}"])
@@ -483,8 +481,8 @@ def _judge(base: Result, end: Ended, timeout: float) -> Result:
 
 
 def refuse(path: Path, data: bytes | None = None) -> str:
-    """Why a handed-in file is not graded at all (a link, or a copy of a reference solution); ''
-    when it is. With `data` (read when grading began) the path is not looked at again."""
+    """Why a handed-in file is not graded at all (a link, a copy of a reference solution), or ''.
+    With `data` (read when grading began) the path is not looked at again."""
     if data is None and (path.is_symlink() or path.resolve() != path.absolute()):
         return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
     try:
@@ -504,14 +502,10 @@ def solutions_on_disk() -> list[Path]:
 def private_checks(build: Path, extra_checks) -> list[Path]:
     """Copies of the instructor's extra check files next to the course's own checks in a private
     build, so that they import the build's `course`, never the source tree's."""
-    folder = (
-        build / Path(curriculum.load()[0].checks[0]).parent
-    )  # [build]/course/ch03_kv_block/checks
+    folder = build / Path(curriculum.load()[0].checks[0]).parent  # course/ch03_kv_block/checks
     copies = []
     for i, src in enumerate(extra_checks):  # a path, or (name, bytes) read when grading began
-        name, data = (
-            (src[0], src[1]) if isinstance(src, tuple) else (Path(src).name, Path(src).read_bytes())
-        )
+        name, data = src if isinstance(src, tuple) else (Path(src).name, Path(src).read_bytes())
         dest = folder / name
         if dest.exists():  # never replace one of the course's checks
             dest = folder / f"test_extra_{i}_{name}"

@@ -55,8 +55,7 @@ class Launcher:
         self.thread.start()
 
     def close(self) -> None:
-        """At the end of the job: the service ends, and so does the submission's process and all
-        of its uid."""
+        """At the job's end: the service ends, and so does the submission's process."""
         with contextlib.suppress(OSError):
             self.ours.shutdown(socket.SHUT_RDWR)
         if self.thread.is_alive():
@@ -106,16 +105,20 @@ class Launcher:
 
     def _stop(self) -> int | None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=1)
-        code = proc.returncode
-        jail.kill_tree(proc.pid, sessions={proc.pid})
-        self.end(proc.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-        return code
+        return None if proc is None else end_process(proc, lambda: self.end(proc.pid))
+
+
+def end_process(proc: subprocess.Popen, kill: Callable[[], None], **tree) -> int | None:
+    """A second for `proc` to end (a closed socket first, so a limit's signal is seen), then its
+    session, descendants and `kill()`; its exit status. `tree`: more for jail.kill_tree."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1)
+    code = proc.returncode
+    jail.kill_tree(proc.pid, sessions={proc.pid}, **tree)
+    kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+    return code
 
 
 class Client:
@@ -131,8 +134,7 @@ class Client:
 
     @classmethod
     def taken(cls) -> Client | None:
-        """This process's client, when `grade` named one (the variable is removed, the fd not
-        inherited)."""
+        """This process's client, when `grade` named one (the variable is removed)."""
         text = os.environ.pop(VAR, None)
         if cls._taken is None and text and text.isdigit():
             try:
@@ -158,8 +160,7 @@ class Client:
         return int(code) if code.lstrip("-").isdigit() else None
 
     def _ask(self, request: bytes) -> tuple[list[bytes], list[int]]:
-        """Send `request`; its reply's words and fds. Replies to earlier requests never read are
-        skipped, and their sockets closed."""
+        """Send `request`; its reply's words and fds (unread replies to earlier ones skipped)."""
         self.sent += 1
         self.sock.send(request)
         while True:

@@ -18,13 +18,19 @@ from pathlib import Path
 from . import curriculum
 
 
+def _rows(results) -> list[dict]:
+    """Each Result's fields, with its score and weight."""
+    weights = curriculum.weights()
+    return [
+        {**asdict(r), "score": score(r, weights), "weight": weights.get(r.exercise, 1.0)}
+        for r in results
+    ]
+
+
 def as_json(results) -> dict:
     """{student: {exercise: the Result's fields, with its score and weight}}."""
-    weights = curriculum.weights()
     out: dict = {}
-    for r in results:
-        row = asdict(r)
-        row.update(score=score(r, weights), weight=weights.get(r.exercise, 1.0))
+    for row in _rows(results):
         out.setdefault(row.pop("student"), {})[row.pop("exercise")] = row
     return out
 
@@ -98,17 +104,8 @@ def csv_text(header, rows) -> str:
 
 
 def as_csv(results) -> str:
-    weights = curriculum.weights()
-
-    def row(r) -> list:
-        made = {
-            "score": score(r, weights),
-            "weight": weights.get(r.exercise, 1.0),
-            "message": r.messages[0] if r.messages else "",
-        }
-        return [made[c] if c in made else getattr(r, c) for c in COLUMNS]
-
-    return csv_text(COLUMNS, map(row, results))
+    rows = [{**row, "message": (row["messages"] or [""])[0]} for row in _rows(results)]
+    return csv_text(COLUMNS, ([row[c] for c in COLUMNS] for row in rows))
 
 
 def pairs_csv(pairs: dict) -> str:

@@ -1,19 +1,16 @@
 """`pagedsim grade`'s similarity: each submission against the reference solution (a flag), and
 student against student (the most similar pairs per exercise). Neither ever fails a job.
 
-Files are parsed (never run) and normalised: docstrings dropped, every name a file binds or reads
-(not builtins) renamed in order of first appearance (`n0`, `n1`, ...). The dumped tree is a list
-of tokens, fingerprinted by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003, the method
-behind MOSS): hash every run of K tokens, keep the smallest hash in each window of W, so any run
-of K + W - 1 tokens two files share gives both the same fingerprint. Similarity is the Jaccard
-share of fingerprints, in linear time. For student pairs, the stub's fingerprints and those more
-than COMMON of the class share are removed first, and pairs are counted through an index from
-fingerprint to files.
+Files are parsed (never run) and normalised: docstrings dropped, every name but builtins renamed
+in order of first appearance (`n0`, `n1`, ...). The dumped tree's tokens are fingerprinted by
+winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003, the method behind MOSS): hash every run
+of K tokens, keep the smallest hash in each window of W. Similarity is the Jaccard share of
+fingerprints. For student pairs, the stub's fingerprints and those more than COMMON of the class
+share are removed first.
 
-Budget: `compare` runs in a child (`python -m course.grade_similarity`, JSON on stdin and stdout
-only) that sets its own address-space and CPU limits before it reads a byte, under a wall-clock
-limit here. A file over MAX_BYTES is "too large to compare", never parsed. A child out of budget
-costs the report, not a job."""
+`compare` runs in a child (`python -m course.grade_similarity`, JSON on stdin and stdout only)
+that limits its own memory and CPU before it reads a byte, under a wall-clock limit here. A child
+out of budget costs the report, not a job."""
 
 from __future__ import annotations
 
@@ -37,8 +34,7 @@ TOP_PAIRS = 5  # pairs reported per exercise
 MAX_BYTES = 64 << 10  # a file larger is not compared (the largest solution is ~5 KB)
 K, W = 12, 8  # tokens per hashed run; hashes per winnowing window
 COMMON = 0.25  # a fingerprint in more than this share of a class's files is ignored for pairs
-# the child's CPU budget (its wall-clock budget is twice that): a file of MAX_BYTES takes
-# about 2 s to parse and winnow on a loaded core, so no set of files can exhaust it
+# the child's CPU budget (wall clock: twice that); a file of MAX_BYTES takes ~2 s on a loaded core
 SECONDS, SECONDS_PER_FILE = 30, 4
 MEMORY = 1 << 30  # the child's address space
 TOO_LARGE = "too large to compare"
@@ -92,8 +88,7 @@ class _Normalise(ast.NodeTransformer):
 
 
 def tokens(source: str | bytes) -> list[str] | None:
-    """The normalised file as tokens (None when it does not parse or is too large; MemoryError
-    when its tree does not fit)."""
+    """The normalised file as tokens (None when it does not parse or is too large)."""
     if len(source) > MAX_BYTES:
         return None
     try:
@@ -129,8 +124,8 @@ class Report:
 
 
 def compare(files: dict) -> dict:
-    """The child's work. `files`: exercise id -> {student: path}. Returns {"flags": {ex:
-    {student: line}}, "pairs": {ex: [[a, b, share], ...]}} (JSON data only)."""
+    """The child's work: {ex: {student: path}} -> {"flags": {ex: {student: line}}, "pairs":
+    {ex: [[a, b, share], ...]}}."""
     flags: dict = {}
     pairs: dict = {}
     for ex_id, by_student in files.items():
@@ -157,8 +152,7 @@ def _prints(source: bytes | None) -> frozenset:
 
 
 def _pairs(prints: dict) -> list:
-    """The TOP_PAIRS most similar pairs at or above PAIR_THRESHOLD, leaving out fingerprints
-    common to the class."""
+    """The TOP_PAIRS most similar pairs at or above PAIR_THRESHOLD, less common fingerprints."""
     index: dict = {}
     for s, fp in prints.items():
         for f in fp:
@@ -171,20 +165,15 @@ def _pairs(prints: dict) -> list:
         for i, a in enumerate(owners):
             for b in owners[i + 1 :]:
                 shared[a, b] += 1
-    scored = []
-    for (a, b), n in shared.items():
-        share = n / len((prints[a] | prints[b]) & rare)
-        if share >= PAIR_THRESHOLD:
-            scored.append([a, b, round(share, 3)])
+    shares = ((a, b, n / len((prints[a] | prints[b]) & rare)) for (a, b), n in shared.items())
+    scored = [[a, b, round(s, 3)] for a, b, s in shares if s >= PAIR_THRESHOLD]
     return sorted(scored, key=lambda p: (-p[2], p[0], p[1]))[:TOP_PAIRS]
 
 
 def run(files: dict, seconds: float | None = None, memory: int = MEMORY) -> Report:
-    """`compare` in a child under its own CPU and memory limits and a wall-clock limit here;
-    `seconds` of CPU default to SECONDS plus SECONDS_PER_FILE per file. A failed child gives a
-    Report with `problem`."""
-    if seconds is None:
-        seconds = SECONDS + SECONDS_PER_FILE * sum(map(len, files.values()))
+    """`compare` in a child under its own CPU and memory limits and a wall-clock limit here; a
+    failed child gives a Report with `problem`."""
+    seconds = seconds or SECONDS + SECONDS_PER_FILE * sum(map(len, files.values()))
     job = json.dumps({"files": {e: {s: str(p) for s, p in f.items()} for e, f in files.items()}})
     env = {**os.environ, "PYTHONPATH": str(curriculum.REPO_ROOT), "PYTHONHASHSEED": "0"}
     env["PAGEDSIM_SIMILARITY_LIMITS"] = json.dumps([max(1, int(seconds)), int(memory)])

@@ -2,12 +2,10 @@
 
 A cold job (grade_job.run_one) imports NumPy, pytest, Hypothesis and pagedsim anew
 (benchmarks/profile_grade_job.py). `Warm` keeps per worker slot one process (the grader's own
-code, as root, never in touch with a submission) that imported them once from the run's build.
-Per job the grader sends it the checker's command, environment and view (JSON, one line) and fds
-(SCM_RIGHTS); it forks a child that closes everything but those fds, becomes the job's checker
-exactly as a cold one (jail.confined, then the checker's uid without capability) and runs
-`pagedsim check` in-process. The child never holds the warm process's socket, so a subverted
-checker cannot ask for another fork.
+code, never in touch with a submission) that imported them once. Per job it forks a child that
+closes everything but the fds it was sent, becomes the job's checker exactly as a cold one
+(jail.confined, then the checker's uid without capability) and runs `pagedsim check`
+in-process. The child never holds the warm process's socket, so it cannot ask for another fork.
 
     the grader sends                             the warm process answers
     {"argv", "env", "view", "account"} + fds     b"pid N" once forked; b"exit STATUS" when
@@ -60,8 +58,8 @@ class Warm:
         return self.sock
 
     def start(self, argv: list[str], env: dict, view: dict, account: dict, fds: dict) -> Job:
-        """Fork the job's checker: `argv` for `pagedsim check`, its whole `env`, `view` and
-        `account` for jail.confined and jail.Account, `fds` {name: fd} as named in `env`."""
+        """Fork the job's checker: `view` and `account` for jail.confined and jail.Account, `fds`
+        {name: fd} as named in `env`."""
         sock = self._ensure()
         names = sorted(fds)
         request = json.dumps(
@@ -85,8 +83,7 @@ class Warm:
 
 
 class Pool:
-    """A `grade` run's warm processes, one per worker slot, and the build they import from
-    (`extra`: the instructor's check files in it)."""
+    """A `grade` run's warm processes, one per worker slot (`extra`: the instructor's checks)."""
 
     def __init__(self, build: Path, extra: list[Path], workers: int) -> None:
         self.build, self.extra = build, extra
@@ -144,8 +141,7 @@ def _drain(fd: int, into: list[bytes]) -> None:
 
 # -- the warm process -------------------------------------------------------------------------
 def serve(fd: int) -> None:
-    """Import what every checker imports, then fork a checker per request until the socket
-    closes."""
+    """Import what every checker imports, then fork a checker per request until EOF."""
     for name in PRELOAD:
         importlib.import_module(name)
     sock = socket.socket(fileno=fd)

@@ -1,11 +1,9 @@
 """Keep the reference solutions out of reach while a student's file is checked.
 
-A submission that is only `from course.ch03_kv_block.solutions.ex3_4a_free_list import *` must
-not pass. While `solutions_hidden()` is active, a finder first on `sys.meta_path` refuses every
-module under SOLUTIONS, and any already imported is out of `sys.modules` (put back after).
-pytest's assertion rewriter goes first on `sys.meta_path` when pytest starts and imports on its
-own, so the runner calls `keep_first()` once pytest is configured. This closes the import route
-only; the instructor's export (no solutions) closes the rest."""
+While `solutions_hidden()` is active, a finder first on `sys.meta_path` refuses every module under
+SOLUTIONS, and any already imported is out of `sys.modules` (put back after). pytest's assertion
+rewriter puts itself first when pytest starts, so the runner calls `keep_first()` once pytest is
+configured. This closes the import route only; the instructor's export closes the rest."""
 
 from __future__ import annotations
 
@@ -20,8 +18,6 @@ class SolutionsHidden(ImportError):
 
 
 class _Blocker:
-    """A meta-path finder that refuses the solutions package and its modules."""
-
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name == SOLUTIONS or name.startswith(SOLUTIONS + "."):
@@ -55,7 +51,7 @@ def solutions_hidden():
 
 
 def keep_first() -> None:
-    """Put the active blockers back in front of `sys.meta_path` (ahead of pytest's rewriter)."""
+    """Put the active blockers back in front of `sys.meta_path`."""
     blockers = [f for f in sys.meta_path if isinstance(f, _Blocker)]
     for f in blockers:
         sys.meta_path.remove(f)

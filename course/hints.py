@@ -17,9 +17,8 @@ from . import curriculum, i18n, progress
 
 def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
-    p.add_argument(
-        "exercise", nargs="?", help="an exercise id such as 3.4a (default: the one you are on)"
-    )
+    which = "an exercise id such as 3.4a (default: the one you are on)"
+    p.add_argument("exercise", nargs="?", help=which)
     levels = "1: what to look at (default), 2: how the pieces fit, 3: the recipe"
     p.add_argument("--level", type=int, choices=(1, 2, 3), default=1, help=levels)
     p.add_argument("--lang", choices=i18n.LANGS, help="language of the text")

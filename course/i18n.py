@@ -58,13 +58,12 @@ def set_lang(lang: str | None) -> str:
     """Fix the language for this process and the checks it runs; None keeps the detected one."""
     if lang is not None and lang not in LANGS:
         raise ValueError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)  # the rule of pagedsim.text.lang
+    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)
     return os.environ["PAGEDSIM_LANG"]
 
 
 def lang() -> str:
-    """The environment's language, by the rule of pagedsim.text.lang (shared with tour and play)."""
-    return _lang.detect()
+    return _lang.detect()  # the rule of pagedsim.text.lang, shared with tour and play
 
 
 def t(template: str, **kw) -> str:

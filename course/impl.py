@@ -2,13 +2,11 @@
 
 The checks never import an exercise module by name: `load_impl("3.4a")` (or the `impl` fixture)
 reads $PAGEDSIM_IMPL (the file) and $PAGEDSIM_EXERCISE (the exercise it implements), set by
-`pagedsim check`; unset (or naming another exercise), the reference solution is loaded, so a
-plain `pytest` checks the solutions.
+`pagedsim check`; unset (or naming another exercise), the reference solution is loaded.
 
-A file is imported once per (path, mtime, size), under a time limit ($PAGEDSIM_CHECK_SECONDS,
-60 s by default): a loop at module level ends as a CheckTimeout, and a failed import fails the
-same way at every later check. While the runner checks a file in its own process (`_remote`,
-course/isolation.py), load_impl returns that process's module: nothing of the file runs here."""
+A file is imported once per (path, mtime, size), under a time limit ($PAGEDSIM_CHECK_SECONDS): a
+failed import fails the same way at every later check. While the runner checks a file in its own
+process (`_remote`, course/isolation.py), load_impl returns that process's module."""
 
 from __future__ import annotations
 
@@ -58,10 +56,6 @@ def _import_failure(e: BaseException, path: Path) -> ImportFailed:
     return failed
 
 
-def check_seconds() -> float:
-    return float(os.environ.get("PAGEDSIM_CHECK_SECONDS") or DEFAULT_SECONDS)
-
-
 def machine_scale() -> float:
     """The load per core, at least 1: a busy machine gives every check a longer limit."""
     try:
@@ -91,8 +85,7 @@ STUCK = (
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str):
     """Raise CheckTimeout in the main thread if the block runs too long. A check whose calls into
-    the student's process are still answered is slow, not stuck: it gets up to PATIENCE limits;
-    one with no answer during the last limit is stuck in one call."""
+    the student's process are still answered is slow, not stuck: it gets up to PATIENCE limits."""
     state = {"seen": _calls_so_far(), "rounds": 0, "start": time.monotonic()}
 
     def tick():
@@ -149,56 +142,59 @@ def impl_path(exercise_id: str) -> Path:
     return curriculum.find(exercise_id).path("solution")
 
 
-def _load_remote(sub):
-    """The submission's module in its own process (course/isolation.py), under the same limit."""
-    key = ("remote", id(sub))
-    if key not in _cache:
-        try:
-            with time_limit(check_seconds(), i18n.t("importing your file")):
-                _cache[key] = sub.module()
-        except CheckTimeout as e:
-            sub.close()
-            _cache[key] = ImportTimeout(str(e))
-        except ImportFailed as e:
-            _cache[key] = e
-    found = _cache[key]
-    if isinstance(found, BaseException):
-        raise found
-    return found
+def check_seconds() -> float:
+    return float(os.environ.get("PAGEDSIM_CHECK_SECONDS") or DEFAULT_SECONDS)
 
 
 def load_impl(exercise_id: str):
     """Import the implementation file for `exercise_id` as a fresh module."""
     path = impl_path(exercise_id)
     if _remote is not None and path == _remote.path:
-        return _load_remote(_remote)
-    stat = path.stat()
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _cache:
-        name = f"_course_impl_{exercise_id.replace('.', '_')}_{len(_cache)}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses and pickling look the module up by name
-        try:
-            with time_limit(check_seconds(), i18n.t("importing your file")):
-                spec.loader.exec_module(module)
-            _cache[key] = module
-        except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included, re-raised below
-            sys.modules.pop(name, None)
-            if isinstance(e, KeyboardInterrupt):
-                raise
-            _cache[key] = (
-                ImportTimeout(str(e)) if isinstance(e, CheckTimeout) else _import_failure(e, path)
-            )
+        key: tuple = ("remote", id(_remote))
+        if key not in _cache:
+            _cache[key] = _import_remote(_remote)
+    else:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _cache:
+            _cache[key] = _import_here(path, f"_course_impl_{exercise_id.replace('.', '_')}")
     found = _cache[key]
     if isinstance(found, BaseException):
         raise found
     return found
 
 
+def _import_remote(sub):
+    """The submission's module in its own process (course/isolation.py), under the same limit."""
+    try:
+        with time_limit(check_seconds(), i18n.t("importing your file")):
+            return sub.module()
+    except CheckTimeout as e:
+        sub.close()
+        return ImportTimeout(str(e))
+    except ImportFailed as e:
+        return e
+
+
+def _import_here(path: Path, name: str):
+    """The module, or the exception its import raised."""
+    name = f"{name}_{len(_cache)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look the module up by name
+    try:
+        with time_limit(check_seconds(), i18n.t("importing your file")):
+            spec.loader.exec_module(module)
+        return module
+    except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included, re-raised later
+        sys.modules.pop(name, None)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return ImportTimeout(str(e)) if isinstance(e, CheckTimeout) else _import_failure(e, path)
+
+
 def child_module(name: str):
-    """The module `name` as imported where the checked file runs (its own process, or here), e.g.
-    to keep results across calls (ch03_kv_block/checks/_keep.py)."""
+    """The module `name` where the checked file runs (its own process, or here)."""
     if _remote is None:
         return importlib.import_module(name)
     from pagedsim.testing.remote import ask

@@ -6,14 +6,12 @@
 
 The child (`child_main`) has stdin, stdout and stderr on /dev/null, cannot import the reference
 solutions (course/guard.py), and serves requests until the socket closes. It runs in its own
-session, this process is the subreaper of its orphans, and closing the Submission kills the
-child, its session and every descendant (pagedsim/testing/jail.py). `sandbox=True` runs it under
-bubblewrap. Under `pagedsim grade` as root the grader starts and ends it for us
+session, and closing the Submission kills the child, its session and every descendant
+(pagedsim/testing/jail.py). Under `pagedsim grade` as root the grader starts and ends it for us
 (course/grade_launch.py: the same `ChildSpec`, as the job's uid)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import importlib
 import importlib.util
@@ -96,7 +94,6 @@ class Submission:
         return ChildSpec(self.path, self.code_root, self.scratch / "child", self.sandbox, more)
 
     def _spawn(self) -> socket.socket:
-        """Start the child from here: its socket's other end."""
         ours, theirs = socket.socketpair()
         spec = self.spec()
         spec.work.mkdir(parents=True, exist_ok=True)
@@ -113,7 +110,7 @@ class Submission:
         return ours
 
     def _saw(self, exc: BaseException) -> None:
-        """An exception from the child: one that a limit caused (or caused it) names the limit."""
+        """An exception from the child that a limit caused names the limit."""
         for _ in range(remote.DEPTH + 1):
             self._limit_of(exc)
             exc = exc.__cause__ or exc.__context__
@@ -133,27 +130,21 @@ class Submission:
         self.limit_hit = self.limit_hit or self.limits.why(code)
 
     def _stop(self) -> int | None:
-        """End the child (a closed socket first, so a limit's signal is seen) and all it started;
-        its exit status."""
+        """End the child and all it started; its exit status."""
         if self.launcher is not None:
             return self.launcher.stop()
         if self.proc is None:
             return None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=1)
-        code = self.proc.returncode
-        jail.kill_tree(
-            self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
+        return grade_launch.end_process(
+            self.proc, self._kill_user, orphans_of_self=True, keep=self.keep
         )
+
+    def _kill_user(self) -> None:
         if self.uid is not None:
             jail.kill_user(self.uid)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        return code
 
     def module(self):
-        """The student's module: imported in the child on first use, and again after a time
-        limit."""
+        """The student's module: imported in the child on first use, again after a time limit."""
         self.current()
         return _Live(self)
 
@@ -189,15 +180,13 @@ class Submission:
                 keep=self.keep,
                 sessions={self.proc.pid} if self.proc else set(),
             )
-            if self.uid is not None:
-                jail.kill_user(self.uid)
+            self._kill_user()
         self.ch = None
 
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """The submission's process, whoever starts it (this checker, or the grader): always this one
-    command, on the student's file."""
+    """The submission's process, whoever starts it: always this one command, on the file."""
 
     path: Path  # the student's file
     code_root: Path  # the code it imports (a job's private copy under `grade`)

@@ -10,8 +10,7 @@ page a student can open on GitHub: two language sections, English then Chinese, 
 
 with the same figures in the same order in both. Anything before the first `# ` line (an HTML
 comment for editors) is ignored. A missing or malformed file is a ValueError of one line that
-names the file. The notebooks (course/notebooks.py) use the same functions, so text and
-notebook agree.
+names the file.
 """
 
 from __future__ import annotations
@@ -83,22 +82,16 @@ def parse(text: str, section: str, where: str) -> dict[str, LessonText]:
     return out
 
 
-def figure_lines(lesson: LessonText, lang: str) -> list[str]:
-    if not lesson.figures:
-        return []
-    head = (
-        "figures for this lesson (draw them with the command shown):"
-        if lang == "en"
-        else "本节的图（用所示命令生成）："
-    )
-    lines = [head]
-    for name, caption in lesson.figures:
-        lines.append(f"  {name}: {caption}")
-        lines.append(f"      pagedsim figures --only {name} --out DIR")
-    return lines
+FIGURES_HEAD = {
+    "en": "figures for this lesson (draw them with the command shown):",
+    "zh": "本节的图（用所示命令生成）：",
+}
 
 
 def lesson_text(section: str, lang: str = "en") -> str:
     lesson = read(section)[lang]
-    lines = [f"== {section} {lesson.title} ==", "", lesson.body, "", *figure_lines(lesson, lang)]
+    lines = [f"== {section} {lesson.title} ==", "", lesson.body, ""]
+    lines += [FIGURES_HEAD[lang]] if lesson.figures else []
+    for name, caption in lesson.figures:
+        lines += [f"  {name}: {caption}", f"      pagedsim figures --only {name} --out DIR"]
     return "\n".join(lines).rstrip()

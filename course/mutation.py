@@ -17,9 +17,6 @@ from the solution: reported, not counted. At least GENERIC_TARGET of the rest mu
 
     pagedsim check --mutants [--generic [--sample N]]      (`report`)
     python -m course.mutation [ID ...] [--sample N] [--list] [--survivors]
-
-The full measurement takes minutes; CI runs a small seeded sample
-(tests/course/test_generic_mutants.py).
 """
 
 from __future__ import annotations
@@ -27,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import random
 import tempfile
 from dataclasses import dataclass
@@ -82,10 +80,6 @@ def wrong_for(exercise_id: str) -> list[Mutant]:
     return [m for m in WRONG if m.exercise == exercise_id]
 
 
-def right_for(exercise_id: str) -> list[Mutant]:
-    return [m for m in RIGHT if m.exercise == exercise_id]
-
-
 _BOTH_WAYS = (  # each operator becomes the other one of its pair, and back
     (ast.Add, ast.Sub),
     (ast.Mult, ast.Div),
@@ -104,7 +98,7 @@ SWAP.update({ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult})
 
 
 def _symbol(op: type) -> str:
-    """How Python writes the operator `op`: ast.Add is "+", ast.NotIn "not in"."""
+    """ast.Add as "+", ast.NotIn as "not in"."""
     a, b = ast.Name("a"), ast.Name("b")
     if issubclass(op, ast.cmpop):
         return ast.unparse(ast.Compare(a, [op()], [b]))[2:-2]
@@ -177,14 +171,13 @@ def _statement_points(tree, in_function: set) -> list:
                 if i == 0 and text and isinstance(stmt.value.value, str):  # a docstring
                     continue
                 if not isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
-                    delete = _replace_with_pass(value, i)
+                    delete = functools.partial(_to_pass, value, i)
                     out.append((stmt, "statement", "deleted", delete))
     return out
 
 
-def _replace_with_pass(body: list, i: int):
-    """A statement point's apply(): body[i] becomes `pass`."""
-    return lambda _node: body.__setitem__(i, ast.Pass())
+def _to_pass(body: list, i: int, _node) -> None:
+    body[i] = ast.Pass()
 
 
 def _drop_unary(n) -> None:
@@ -332,17 +325,17 @@ def named(exercises) -> tuple[list, int]:
                 sol_bad += 1
                 print_report(sol, verbose=True, hint=False)
                 print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
-            for m in wrong_for(ex.id):
-                path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"
-                path.write_text(m.apply(ex.path("solution").read_text()))
-                # our own mutants
+            source, stem = ex.path("solution").read_text(), Path(tmp) / ex.id.replace(".", "_")
+            for m in wrong_for(ex.id):  # ours: trusted
+                path = Path(f"{stem}_{m.name}.py")
+                path.write_text(m.apply(source))
                 res = run_checks(ex, path, stop_at_first=True, seconds=20, isolate=False)
                 caught = res.failures[0].check if res.failures else None
                 missed = "NOT CAUGHT" + (f" ({res.error})" if res.error else "")
                 rows.append((ex.id, m.name, caught or missed))
-            for m in right_for(ex.id):  # correct, written differently
-                path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
-                path.write_text(m.apply(ex.path("solution").read_text()))
+            for m in (m for m in RIGHT if m.exercise == ex.id):  # correct, written differently
+                path = Path(f"{stem}_right_{m.name}.py")
+                path.write_text(m.apply(source))
                 res = run_checks(ex, path, isolate=False)
                 if not res.ok:
                     sol_bad += 1
@@ -377,9 +370,8 @@ def report(exercises, *, generic: bool = False, sample: int | None = None) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m course.mutation", description=__doc__.split("\n\n")[0]
-    )
+    doc = __doc__.split("\n\n")[0]
+    p = argparse.ArgumentParser(prog="python -m course.mutation", description=doc)
     p.add_argument("exercises", nargs="*", help="exercise ids (default: all)")
     p.add_argument("--sample", type=int, help="a seeded sample of N mutants per exercise")
     p.add_argument("--list", action="store_true", help="list the mutants without running them")

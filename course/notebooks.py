@@ -7,10 +7,9 @@
 
 A notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds the
 lesson's text in English and Chinese, then code cells that call the helpers below: the demo, the
-figures, a stepper over a trace (`pagedsim.view`'s offline page) and the check of the student's
-workspace file (none for the capstone 3.8). tests/course/test_notebooks.py runs every cell
-headless with PAGEDSIM_NOTEBOOK_FAST=1: figures at a low resolution, the labs' sweeps named
-instead of drawn, and 3.8's engine on NumPy."""
+figures, a stepper over a trace and the check of the student's workspace file. With
+PAGEDSIM_NOTEBOOK_FAST=1 (tests/course/test_notebooks.py) figures are drawn at a low resolution,
+the labs' sweeps named instead of drawn, and 3.8's engine runs on NumPy."""
 
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from . import curriculum
 from .lessons_text import lesson_text, read
@@ -78,13 +78,8 @@ def demo(section: str, out: Path) -> None:
     from .ch03_kv_block.lessons import NeedsExercise
 
     lesson = _lesson(section)
-    fast = (
-        {"backend": "numpy"}
-        if FAST and "backend" in inspect.signature(lesson.demo).parameters
-        else {}
-    )
-    # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere), and the
-    # pictures a demo writes (3.8's 52 flow diagrams) at the figures' low resolution
+    numpy = FAST and "backend" in inspect.signature(lesson.demo).parameters  # 3.8's engine
+    fast = {"backend": "numpy"} if numpy else {}
     try:
         with style.output("png", dpi=30 if FAST else None):
             lesson.demo(out, **fast)
@@ -141,8 +136,7 @@ def snapshots(section: str) -> list:
 
 
 def stepper(section: str):
-    """The section's trace as pagedsim's offline page (`pagedsim.view`): Prev/Next, the arrow
-    keys, a scrubber, autoplay and block details on hover."""
+    """The section's trace as pagedsim's offline page (`pagedsim.view`)."""
     from pagedsim.view import PageOptions, View
 
     snaps = snapshots(section)
@@ -152,12 +146,10 @@ def stepper(section: str):
         print(note)
     else:
         _display({"text/html": view._repr_html_()}, note)
-    return None
 
 
 def check(exercise_id: str) -> None:
-    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way;
-    returns None, so the cell shows no True or False."""
+    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way."""
     from . import curriculum, workspace
     from .runner import print_report, run_checks
 
@@ -239,7 +231,7 @@ def render(section: str, executed: dict | None = None) -> str:
 
 
 def without_outputs(nb: dict) -> dict:
-    """A copy of a notebook with every code cell's outputs and count cleared (as generated)."""
+    """A copy of a notebook with every code cell's outputs and count cleared."""
     nb = json.loads(json.dumps(nb))
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
@@ -251,15 +243,13 @@ def execute(section: str) -> dict:
     """Run the code cells in order in one namespace, in a temporary folder (shown as `.`), in
     English; the notebook with their outputs (stdout as a stream, figures as PNG)."""
     global _RECORD
-    nb, count = notebook(section), 0
-    saved_env = {
-        k: os.environ.get(k) for k in ("PAGEDSIM_WORKSPACE", "PAGEDSIM_LANG", "MPLBACKEND")
-    }
-    saved_cwd = Path.cwd()
-    os.environ.pop("PAGEDSIM_WORKSPACE", None)
-    os.environ.update(PAGEDSIM_LANG="en", MPLBACKEND="Agg")
+    nb, count, saved_cwd = notebook(section), 0, Path.cwd()
     try:
-        with tempfile.TemporaryDirectory(prefix="pagedsim-notebook-run-") as tmp:
+        with (
+            mock.patch.dict(os.environ, PAGEDSIM_LANG="en", MPLBACKEND="Agg"),
+            tempfile.TemporaryDirectory(prefix="pagedsim-notebook-run-") as tmp,
+        ):
+            os.environ.pop("PAGEDSIM_WORKSPACE", None)
             os.chdir(tmp)
             namespace = {"__name__": "__main__"}
             for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
@@ -275,24 +265,16 @@ def execute(section: str) -> dict:
     finally:
         _RECORD = None
         os.chdir(saved_cwd)
-        for k, v in saved_env.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     return nb
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m course.notebooks", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument(
-        "sections",
-        nargs="*",
-        metavar="SECTION",
-        help=f"which notebooks (default: {', '.join(SECTIONS)})",
-    )
-    p.add_argument(
-        "--check", action="store_true", help="fail if a notebook's cells differ from the lessons"
-    )
+    doc = __doc__.split("\n\n")[0]
+    p = argparse.ArgumentParser(prog="python -m course.notebooks", description=doc)
+    which = f"which notebooks (default: {', '.join(SECTIONS)})"
+    p.add_argument("sections", nargs="*", metavar="SECTION", help=which)
+    stale = "fail if a notebook's cells differ from the lessons"
+    p.add_argument("--check", action="store_true", help=stale)
     p.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     args = p.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]

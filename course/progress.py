@@ -21,15 +21,16 @@ NAME = ".pagedsim-progress.json"
 
 def folder() -> Path | None:
     """The workspace in use (course/workspace.py's order), or None when there is none."""
-    for ex in curriculum.load():
-        found = workspace.find(ex)
-        if found is not None:
-            return found.parent
-    return None
+    found = next(filter(None, map(workspace.find, curriculum.load())), None)
+    return found.parent if found else None
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def digest(path: Path) -> str:
+    """The file's sha256, or '' when it cannot be read."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def load(where: Path | None = None) -> dict:
@@ -44,7 +45,7 @@ def load(where: Path | None = None) -> dict:
 
 
 def record(outcome) -> None:
-    """Keep `outcome` (course.runner.Outcome) when its file lies in a workspace."""
+    """Keep `outcome` (a course.runner.Outcome) when its file lies in a workspace."""
     where = Path(outcome.impl).parent
     if not (where / workspace.MARKER).is_file():
         return
@@ -54,7 +55,7 @@ def record(outcome) -> None:
         "passed": outcome.passed,
         "total": outcome.total,
         "file": Path(outcome.impl).name,
-        "sha256": _sha(outcome.impl),
+        "sha256": digest(outcome.impl),
     }
     (where / NAME).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -65,7 +66,7 @@ def state(ex, data: dict, where: Path | None) -> str:
     if not got:
         return "not checked"
     mine = where / got.get("file", "") if where else None
-    if mine is None or not mine.is_file() or _sha(mine) != got.get("sha256"):
+    if mine is None or digest(mine) != got.get("sha256"):
         return "changed"
     return str(got.get("status"))
 
@@ -94,10 +95,8 @@ def main(argv: list[str]) -> int:
 
 
 def solution_main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="pagedsim solution",
-        description="the reference solution, once your own passes its checks",
-    )
+    what = "the reference solution, once your own passes its checks"
+    p = ArgParser(prog="pagedsim solution", description=what)
     p.add_argument("exercise", help="an exercise id such as 3.4a")
     p.add_argument("--force", action="store_true", help="show it before you have passed")
     args = p.parse_args(argv)
@@ -126,8 +125,7 @@ def solution_main(argv: list[str]) -> int:
 
 
 def current(exercises):
-    """The first exercise in course order not passed (None when all are): where `watch` and
-    `hint` start."""
+    """The first exercise in course order not passed (None when all are)."""
     where = folder()
     data = load(where)
     return next((ex for ex in exercises if state(ex, data, where) != "pass"), None)

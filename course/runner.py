@@ -10,10 +10,8 @@ configuration; a small plugin keeps, per failing check, the one sentence a stude
 
 Any file but the reference solution runs in a child process of its own (course/isolation.py):
 every use of it is a message (pagedsim/testing/remote.py), so its prints, exits and monkeypatches
-reach only its own process, and matplotlib is the child's too (`_ChildModules`). The solutions
-cannot be imported there (course/guard.py), and the import and every check run under a time limit
-(course/impl.py). Reading the solutions on disk or writing outside its folder is closed only by
-`pagedsim grade` (a solution-free build, a sandbox)."""
+reach only its own process. The solutions cannot be imported there (course/guard.py), and every
+check runs under a time limit (course/impl.py); `pagedsim grade` closes the rest."""
 
 from __future__ import annotations
 
@@ -86,7 +84,7 @@ class Outcome:
         return "fail" if self.failures or not self.passed else "pass"
 
     def as_json(self) -> dict:
-        """The outcome for `--json`: one message per kind of failure (`fold`), the error first."""
+        """The outcome for `--json`: one message per kind of failure, the error first."""
         messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
@@ -107,8 +105,8 @@ def template(message: str) -> str:
 
 
 def fold(failures) -> list[tuple[str, list[str]]]:
-    """[(message, the checks that failed with it)], one entry per `template` of a first line, in
-    order; the message kept is the first with a counterexample line, else the first."""
+    """[(message, its checks)] per `template` of a first line; a message with a counterexample
+    line is kept over one without."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for f in failures:
         key = template(f.message.splitlines()[0] if f.message else "")
@@ -120,8 +118,7 @@ def fold(failures) -> list[tuple[str, list[str]]]:
 
 
 def print_report(outcome, *, verbose: bool, hint: bool) -> None:
-    """`pagedsim check`'s text report: PASS / FAIL lines, failures folded (four shown unless
-    `verbose`), and a pointer to the hint when asked."""
+    """`pagedsim check`'s text report: failures folded, four shown unless `verbose`."""
     ex, n = outcome.exercise, dict(passed=outcome.passed, total=outcome.total)
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
@@ -151,13 +148,12 @@ def print_report(outcome, *, verbose: bool, hint: bool) -> None:
 
 
 def _first_line(text: str) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return next(iter((text or "").strip().splitlines()), "")
 
 
 def counterexample(exc: BaseException) -> str:
-    """Hypothesis's shrunk example as one short line: a state machine's calls (invariants left
-    out, drawn values filled in) or a property's arguments, or a check's own `exc.calls`; '' when
-    none."""
+    """Hypothesis's shrunk example as one line: a state machine's calls (invariants left out,
+    drawn values filled in), a property's arguments, or a check's own `exc.calls`; or ''."""
     if isinstance(getattr(exc, "calls", None), str):
         return exc.calls
     notes = [
@@ -199,8 +195,7 @@ def counterexample(exc: BaseException) -> str:
 
 
 def no_addresses(text: str) -> str:
-    """An object's default repr (<pagedsim.block_pool.BlockPool object at 0x7f...>) as
-    <BlockPool>."""
+    """<pagedsim.block_pool.BlockPool object at 0x7f...> as <BlockPool>."""
     return re.sub(r"<(?:[\w]+\.)*(\w+) object at 0x[0-9a-fA-F]+>", r"<\1>", text or "")
 
 
@@ -274,10 +269,9 @@ class _Collector:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         rep = (yield).get_result()
-        if rep.failed and call.excinfo is not None and _in_chain(call.excinfo.value, Unregistered):
-            self.outcome.error = self.outcome.error or (  # a bug in the checks, not the file
-                f"{item.name}: {_first_line(str(_in_chain(call.excinfo.value, Unregistered)))}"
-            )
+        bug = _in_chain(call.excinfo.value, Unregistered) if call.excinfo is not None else None
+        if rep.failed and bug is not None:  # a bug in the checks, not the file
+            self.outcome.error = self.outcome.error or f"{item.name}: {_first_line(str(bug))}"
         elif rep.failed and call.excinfo is not None:
             self.outcome.failures.append(_describe(item, call.excinfo, self.outcome.impl))
         elif rep.skipped and call.excinfo is not None:
@@ -325,8 +319,7 @@ class _ChildModules:
 
 @contextlib.contextmanager
 def _in_child(sub, check_files):
-    """While the checks run: load_impl and matplotlib are the child's, and the check modules are
-    imported afresh."""
+    """While the checks run: load_impl and matplotlib are the child's; check modules are fresh."""
 
     def purge():
         files = {str(Path(f).resolve()) for f in check_files}
@@ -355,8 +348,8 @@ def _in_child(sub, check_files):
 
 @contextlib.contextmanager
 def _without_explain():
-    """Hypothesis's profile less its explain phase while the checks run: it re-runs a failing
-    example to add comments that `counterexample` drops (half a stub's property time)."""
+    """Hypothesis's profile less its explain phase (its comments, which `counterexample` drops,
+    cost half a stub's property time)."""
     before = settings.get_current_profile_name()
     parent = settings.get_profile(before)
     phases = [p for p in parent.phases if p is not Phase.explain]
@@ -377,11 +370,8 @@ def _pytest_args(checks: list[str], scratch: Path, markers: str | None, stop_at_
     for name in plugins.split():
         args += ["-p", f"no:{name}"]
     args += ["--rootdir", str(COURSE_DIR), "-W", "ignore::pytest.PytestAssertRewriteWarning"]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # as `grade`'s checker runs
-        # then of the installed pytest plugins only Hypothesis' own loads: no xdist or anyio,
-        # and no pytest11 package's modules marked for assertion rewriting (seconds of a
-        # job's cold start: benchmarks/profile_grade_job.py)
-        args += ["-p", "_hypothesis_pytestplugin"]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # `grade`'s checker: Hypothesis' plugin
+        args += ["-p", "_hypothesis_pytestplugin"]  # alone (benchmarks/profile_grade_job.py)
     if markers:
         args += ["-m", markers]
     if stop_at_first:
@@ -400,9 +390,9 @@ def run_checks(
     isolate: bool | None = None,
     sandbox: bool | None = None,
 ) -> Outcome:
-    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is
-    printed. `isolate` (default: all but the reference solution) runs the file in a child
-    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1) runs it under bubblewrap."""
+    """Run `ex`'s checks (and any extra pytest files) against `impl`, printing nothing. `isolate`
+    (default: all but the reference solution): in a child process; `sandbox` (default:
+    $PAGEDSIM_SANDBOX is 1): under bubblewrap."""
     impl = Path(impl).resolve()
     outcome = Outcome(ex, impl)
     if not impl.is_file():

@@ -57,8 +57,8 @@ def send(obj) -> bool:
 
 
 def breach(why: str) -> None:
-    """The audit hook's answer: under `grade`, an `error` verdict and the checker ends; elsewhere
-    the operation is refused with `Breach`."""
+    """The audit hook's answer: under `grade` an `error` verdict, and the checker ends; elsewhere
+    `Breach`."""
     from pagedsim.testing.audit import Breach
 
     message = f"the checker was stopped: it attempted {why}"
@@ -68,8 +68,7 @@ def breach(why: str) -> None:
 
 
 class Receiver:
-    """grade's end: reads at most LIMIT + 1 bytes in a thread of its own (a large verdict never
-    blocks the checker)."""
+    """grade's end: reads at most LIMIT + 1 bytes in a thread of its own (never blocking)."""
 
     def __init__(self, fd: int):
         self.fd, self.data = fd, b""

@@ -7,21 +7,12 @@ and moves on. --iterations N stops after N checks; Ctrl-C stops it."""
 
 from __future__ import annotations
 
-import hashlib
 import time
-from pathlib import Path
 
 from pagedsim.io.args import ArgParser
 
 from . import curriculum, i18n, progress, workspace
 from .runner import print_report, run_checks
-
-
-def _digest(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return ""
 
 
 def _next_left(ex, exercises) -> curriculum.Exercise | None:
@@ -63,17 +54,15 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
         if iterations is not None and runs >= iterations:
             return 1
         print(f"\nwatching {mine.name}: save it to check again (Ctrl-C stops)")
-        seen = _digest(mine)
-        while _digest(mine) == seen:
+        seen = progress.digest(mine)
+        while progress.digest(mine) == seen:
             time.sleep(interval)
     return 0
 
 
 def main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="pagedsim watch",
-        description="check an exercise on every save; move on to the next on a pass",
-    )
+    what = "check an exercise on every save; move on to the next on a pass"
+    p = ArgParser(prog="pagedsim watch", description=what)
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
     every = "seconds between looks at the file (default 1)"
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help=every)
@@ -87,10 +76,9 @@ def main(argv: list[str]) -> int:
     if ex is None:
         print(f"all {len(exercises)} exercises pass: well done")
         return 0
+    how = dict(interval=args.interval, iterations=args.iterations, timeout=args.timeout)
     try:
-        return watch(
-            ex, exercises, interval=args.interval, iterations=args.iterations, timeout=args.timeout
-        )
+        return watch(ex, exercises, **how)
     except KeyboardInterrupt:
         print("\nstopped")
         return 130

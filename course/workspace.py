@@ -66,12 +66,10 @@ def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
 
 
 def main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="pagedsim workspace", description="copy the exercise stubs to a folder of yours"
-    )
-    p.add_argument(
-        "folder", nargs="?", default=DEFAULT, help=f"where the files go (default: ./{DEFAULT})"
-    )
+    what = "copy the exercise stubs to a folder of yours"
+    p = ArgParser(prog="pagedsim workspace", description=what)
+    where = f"where the files go (default: ./{DEFAULT})"
+    p.add_argument("folder", nargs="?", default=DEFAULT, help=where)
     args = p.parse_args(argv)
     if not args.folder.strip():
         p.error("the folder name is empty: name a folder (or leave it out for ./pagedsim-work)")
