@@ -30,6 +30,7 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
             print(f"no workspace file for {ex.id}: run `pagedsim workspace` first")
             return 1
         print(f"\n== checking {ex.id} ({mine}) ==")
+        seen = progress.digest(mine)  # before the check: a save while it runs is checked next
         outcome = run_checks(ex, mine, seconds=timeout)
         progress.record(outcome)
         print_report(outcome, verbose=False, hint=True)
@@ -54,7 +55,6 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
         if iterations is not None and runs >= iterations:
             return 1
         print(f"\nwatching {mine.name}: save it to check again (Ctrl-C stops)")
-        seen = progress.digest(mine)
         while progress.digest(mine) == seen:
             time.sleep(interval)
     return 0

@@ -4,10 +4,12 @@ only after a pass; `watch` checks and moves on after a pass."""
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 
 from course import curriculum, hints, progress, watch, workspace
+from course.runner import run_checks
 
 
 def test_a_failing_check_offers_a_hint_and_never_prints_it(capsys, tmp_path):
@@ -110,6 +112,30 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
         saver.wait(timeout=600)
     data = json.loads((mine.parent / progress.NAME).read_text())
     assert status == 0 and data["3.1"]["status"] == "pass"  # the stub failed, the save passed
+
+
+def test_watch_checks_a_save_made_while_the_check_was_running(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    ex = curriculum.find("3.1")
+    mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
+    checked = []
+
+    def check_then_save(ex, path, seconds=None):
+        outcome = run_checks(ex, path, seconds=seconds)
+        if not checked:  # the student saves the fix while the first check still runs
+            mine.write_text(ex.path("solution").read_text())
+        checked.append(outcome.ok)
+        return outcome
+
+    def no_save_comes(seconds):
+        raise AssertionError("watch waited for a save that had already happened")
+
+    monkeypatch.setattr(watch, "run_checks", check_then_save)
+    monkeypatch.setattr(watch, "time", types.SimpleNamespace(sleep=no_save_comes))
+    assert watch.watch(ex, curriculum.load(), interval=0.1, iterations=2) == 0
+    assert checked == [False, True]
 
 
 def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
