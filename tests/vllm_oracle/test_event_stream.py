@@ -44,12 +44,21 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _ctrl_c_default() -> None:
+    """In the child before exec: SIGINT back to its default. A test run started in the
+    background (`cmd &` in a script) passes SIGINT on as ignored, and then Python never raises
+    KeyboardInterrupt, so the Ctrl-C this test sends would be lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _subscribe(tmp_path: Path, port: int, replay: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pagedsim", "view", "--zmq", f"tcp://127.0.0.1:{port}"]
     cmd += ["--bind", "--replay", f"tcp://127.0.0.1:{replay}", "--html", str(tmp_path / "p.html")]
     cmd += ["--save", str(tmp_path / "s.kvcap"), "--refresh", "0.3", "--duration", "120"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=_ctrl_c_default
+    )
     assert proc.stderr is not None
     assert "listening" in proc.stderr.readline()
     return proc
