@@ -12,6 +12,13 @@ from course import curriculum, hints, progress, watch, workspace
 from course.runner import run_checks
 
 
+def _workspace_here(tmp_path, monkeypatch) -> None:
+    """A fresh `pagedsim workspace` in tmp_path, the current folder, and no PAGEDSIM_WORKSPACE."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+
+
 def test_a_failing_check_offers_a_hint_and_never_prints_it(capsys, tmp_path):
     ex = curriculum.find("3.4b")
     from course.runner import Failure, Outcome, print_report
@@ -60,9 +67,7 @@ def test_hint_in_chinese_frames_the_hint_in_chinese_too(capsys, monkeypatch):
 def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     ex = curriculum.find("3.1")
     mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
     assert progress.solution_main(["3.1"]) == 1
@@ -84,9 +89,7 @@ def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
 
 
 def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     ex = curriculum.find("3.1")
     mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
     saver = subprocess.Popen(
@@ -115,9 +118,7 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
 
 
 def test_watch_checks_a_save_made_while_the_check_was_running(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     ex = curriculum.find("3.1")
     mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
     checked = []
@@ -143,9 +144,7 @@ def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
 ):
     """Passing 3.k6 (last in course order) while 3.1 ... are stubs is not "every exercise passes":
     watch names 3.1 next and keeps going."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     exercises = curriculum.load()
     last = exercises[-1]
     mine = workspace.find(last)
@@ -161,9 +160,7 @@ def test_the_exercise_list_suggests_the_one_you_are_on(tmp_path, monkeypatch, ca
     from course import cli
     from course.runner import Outcome
 
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     exercises = curriculum.load()
     progress.record(Outcome(exercises[0], workspace.find(exercises[0]), passed=8))
     capsys.readouterr()
@@ -186,9 +183,7 @@ def test_checking_outside_a_workspace_says_where_to_run_from(tmp_path, monkeypat
 
 
 def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
-    workspace.create(tmp_path / workspace.DEFAULT)
+    _workspace_here(tmp_path, monkeypatch)
     assert hints.main([]) == 0
     first = curriculum.load()[0]
     printed = capsys.readouterr().out
