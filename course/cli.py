@@ -23,7 +23,6 @@ import argparse
 import importlib
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -57,7 +56,7 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        return _refuse(p, f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
+        return p.refuse(f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
     print(lesson_text(args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
@@ -117,12 +116,6 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
         f"还没有工作区时，先运行一次 `pagedsim workspace`，"
         f"再编辑 {mine}",
     )
-
-
-def _refuse(p: argparse.ArgumentParser, message: str) -> int:
-    """A usage error worded as ArgParser words it (one line on stderr), returned as status 2."""
-    print(f"{p.prog}: error: {message} (see --help)", file=sys.stderr)
-    return 2
 
 
 def _check_parser():
@@ -206,23 +199,21 @@ def check_main(argv: list[str]) -> int:
     try:
         one = [curriculum.find(args.exercise, exercises)] if args.exercise else None
     except KeyError as e:
-        return _refuse(p, e.args[0])
+        return p.refuse(e.args[0])
     if args.mutants:
         try:
             from .mutation import report
         except ImportError:
-            return _refuse(
-                p, "--mutants is not part of this build (the student copy has no mutants)"
-            )
+            return p.refuse("--mutants is not part of this build (the student copy has no mutants)")
         return report(one or exercises, generic=args.generic, sample=args.sample)
     if (args.impl or args.extra_checks) and not one:
         why = (
             "--impl and --extra-checks need one exercise id (e.g. pagedsim check 3.4a --impl FILE)"
         )
-        return _refuse(p, why)
+        return p.refuse(why)
     if not (args.all or one):
         return _list_exercises(exercises)
     chosen = exercises if args.all else one
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        return _refuse(p, "--impl and --extra-checks need exactly one exercise id")
+        return p.refuse("--impl and --extra-checks need exactly one exercise id")
     return _run_and_report(chosen, args)

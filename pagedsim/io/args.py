@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import sys
 import tempfile
 from collections.abc import Callable
 from typing import NoReturn
@@ -20,7 +21,16 @@ class ArgParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, self._line(message))
+
+    def refuse(self, message: str) -> int:
+        """The same line for an error found after parsing, returned as status 2 (no exit), so
+        that a command called as a function returns its status."""
+        print(self._line(message), end="", file=sys.stderr)
+        return 2
+
+    def _line(self, message: str) -> str:
+        return f"{self.prog}: error: {message} (see --help)\n"
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:
