@@ -9,7 +9,9 @@ Every rung has the meaning of `cuda_kernels.paged_attention` (and of the float64
 reference `cuda_kernels.reference.paged_attention`): `rung.decode(query, kv_cache,
 block_tables, context_lens, scale=None)` -> float32 [S, H, D] over the cache layout
 [num_blocks, 2, H_kv, block_size, head_dim]. A rung may refuse a shape it cannot serve
-with a ValueError naming the argument. `launch.py` holds the checks and launch they share.
+with a ValueError naming the argument. Each rung file has the same `decode` (a file read
+alone is called as `rung3_online.decode(...)`); `launch.py` holds the checks and launch
+they share.
 """
 
 from __future__ import annotations
@@ -74,9 +76,7 @@ class Rung:
 
     def decode(self, query, kv_cache, block_tables, context_lens, scale=None, **options):
         """float32 [S, H, D], as `paged_attention` (options: the rung's `launch`'s)."""
-        from .launch import prepare
-
-        return self.launch(prepare(query, kv_cache, block_tables, context_lens, scale), **options)
+        return self._mod.decode(query, kv_cache, block_tables, context_lens, scale, **options)
 
     def launch(self, case, **options):
         """Run on a case `launch.prepare` validated (the benchmark times this): the result,

@@ -83,6 +83,17 @@ class Case:
         return lanes
 
 
+def decoder(launch):
+    """A rung's module-level `decode(query, kv_cache, block_tables, context_lens, scale=None,
+    **options)` -> float32 [S, H, D], as `paged_attention`: `prepare` checks, then the rung's
+    `launch(case, **options)` runs. A rung file read alone is called the documented way."""
+
+    def decode(query, kv_cache, block_tables, context_lens, scale=None, **options):
+        return launch(prepare(query, kv_cache, block_tables, context_lens, scale), **options)
+
+    return decode
+
+
 def prepare(query, kv_cache, block_tables, context_lens, scale) -> Case:
     """Validate (ValueError/TypeError naming the argument), copy NumPy inputs over."""
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)

@@ -41,7 +41,7 @@ from ..primitives import (
     mma_f16,
     pack_f16x2,
 )
-from .launch import REPORT_HEAD_DIM
+from .launch import REPORT_HEAD_DIM, decoder
 from .rung8_split import PARTITION, merge_decode
 
 NAME = "tensor_cores"
@@ -201,6 +201,9 @@ def launch(case, partition_size=PARTITION):
     out = case.output()
     merge_decode[(case.num_heads, case.num_seqs), 32](partial, m, l, out)
     return case.result(out)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

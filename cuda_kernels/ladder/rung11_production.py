@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..attention import paged_attention
 from ..mask import ScoreMask
-from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM
+from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, decoder
 
 NAME = "production"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
@@ -77,6 +77,9 @@ def launch(case):
     production launcher, checks included)."""
     mask = ScoreMask(scale=case.scale)
     return case.result(paged_attention(case.query, case.cache, case.tables, case.lens, mask))
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

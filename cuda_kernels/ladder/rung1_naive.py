@@ -18,6 +18,8 @@ import math
 
 from numba import cuda, float32
 
+from .launch import decoder
+
 NAME = "naive"
 READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
 IDEA = "one thread per (sequence, head), scalar loads through the block table, two passes"
@@ -66,6 +68,9 @@ kernel = naive_decode
 def launch(case):
     rows = case.num_seqs * case.num_heads
     return case.run(naive_decode, -(-rows // THREADS), THREADS)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -20,7 +20,7 @@ import math
 
 from numba import cuda, float32
 
-from .launch import pow2_at_least
+from .launch import decoder, pow2_at_least
 
 NAME = "cta_shared"
 READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
@@ -77,6 +77,9 @@ def launch(case):
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
     threads = max(32, pow2_at_least(case.head_dim))
     return case.run(cta_decode, (case.num_heads, case.num_seqs), threads)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

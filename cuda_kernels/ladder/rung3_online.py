@@ -15,7 +15,7 @@ import math
 
 from numba import cuda, float32
 
-from .launch import pow2_at_least
+from .launch import decoder, pow2_at_least
 from .rung2_cta import MAX_THREADS
 
 NAME = "online_softmax"
@@ -71,6 +71,9 @@ def launch(case):
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
     threads = max(32, pow2_at_least(case.head_dim))
     return case.run(online_decode, (case.num_heads, case.num_seqs), threads)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -19,6 +19,7 @@ import math
 
 from numba import cuda, float32
 
+from .launch import decoder
 from .rung2_cta import MAX_THREADS
 
 NAME = "warp_shuffles"
@@ -78,6 +79,9 @@ def launch(case):
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
     threads = 32 * -(-case.head_dim // 32)
     return case.run(shuffle_decode, (case.num_heads, case.num_seqs), threads)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -30,6 +30,7 @@ import math
 from numba import cuda, float32
 
 from .. import _backend
+from .launch import decoder
 
 NAME = "vector_loads"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
@@ -165,6 +166,9 @@ def launch(case, kernels=None, name=NAME):
     lanes = case.require_vector_rows(name)
     kern = (kernels or _kernels)[case.dtype.itemsize == 2]
     return case.run(kern, (case.num_heads, case.num_seqs), 32, lanes)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -25,6 +25,7 @@ import math
 
 from numba import cuda, float32
 
+from .launch import decoder
 from .rung5_vector import lane_sum, load16, unpack16
 from .rung5_vector import launch as vector_launch
 
@@ -109,6 +110,9 @@ kernel = _kernels[True]  # the instance `report --ladder` compiles (float16)
 def launch(case):
     """Rung 5's launcher (grid (H, S), one warp) with this rung's kernels."""
     return vector_launch(case, kernels=_kernels, name=NAME)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

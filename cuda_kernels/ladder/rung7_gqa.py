@@ -23,7 +23,7 @@ import math
 
 from numba import cuda, float32
 
-from .launch import REPORT_GROUP
+from .launch import REPORT_GROUP, decoder
 from .rung5_vector import lane_sum, load16, unpack16
 
 NAME = "gqa"
@@ -135,6 +135,9 @@ def launch(case):
     lanes = case.require_vector_rows(NAME)
     kern = kernel_for(require_group(case, NAME), case.dtype.itemsize == 2)
     return case.run(kern, (case.num_kv_heads, case.num_seqs), 32, lanes)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

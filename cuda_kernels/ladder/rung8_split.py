@@ -24,7 +24,7 @@ from collections import namedtuple
 
 from numba import cuda, float32
 
-from .launch import REPORT_GROUP
+from .launch import REPORT_GROUP, decoder
 from .rung5_vector import lane_sum, load16, unpack16
 from .rung7_gqa import require_group
 
@@ -243,6 +243,9 @@ def launch(case, partition_size=PARTITION, kernels=None, name=NAME):
     out = case.output()
     merge_decode[(case.num_heads, case.num_seqs), 32](partial, max_logits, exp_sums, out)
     return case.result(out)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -28,7 +28,7 @@ import functools
 from numba import cuda, float32, uint32
 
 from ..primitives import cp_async16, cp_async_commit, cp_async_wait
-from .launch import REPORT_GROUP
+from .launch import REPORT_GROUP, decoder
 from .rung5_vector import unpack16
 from .rung8_split import PARTITION, Heads, Lane, token_steps, warp_steps
 from .rung8_split import launch as split_launch
@@ -116,6 +116,9 @@ kernel = kernel_for(REPORT_GROUP)
 def launch(case, partition_size=PARTITION):
     """Rung 8's launcher (partials, then its merge kernel) with this rung's kernel."""
     return split_launch(case, partition_size, kernels=kernel_for, name=NAME)
+
+
+decode = decoder(launch)
 
 
 def ptx_spec(sig):

@@ -3,6 +3,7 @@ the float64 reference does, through shuffled block tables, for fp16 and fp32 cac
 GQA and ragged lengths; a rung refuses a shape it cannot serve by naming the argument;
 the first rung stays short enough to read in one sitting."""
 
+import importlib
 import inspect
 
 import numpy as np
@@ -73,6 +74,20 @@ def test_each_rung_matches_the_float64_reference_with_gqa_ragged_lengths_and_shu
     got = run(rung, query, cache, tables, lens)
     assert got.shape == want.shape and got.dtype == np.float32
     assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
+
+
+def test_a_rung_file_read_alone_is_called_through_its_own_decode():
+    """Each rung module has `decode` (what `Rung.decode` calls), with its launch options."""
+    rng = np.random.default_rng(8)
+    query, cache, tables, lens = batch(rng, [5, 2], 1, 2, 16, 4, np.float16)
+    want = reference.paged_attention(query, cache, tables, lens)
+    for name in FILES:
+        module = importlib.import_module(f"cuda_kernels.ladder.{name}")
+        assert callable(module.decode), name
+    split = importlib.import_module("cuda_kernels.ladder.rung8_split")
+    assert rel_err(split.decode(query, cache, tables, lens, None, partition_size=4), want) < 1e-5
+    naive = importlib.import_module("cuda_kernels.ladder.rung1_naive")
+    assert rel_err(naive.decode(query, cache, tables, lens), want) < 1e-5
 
 
 @settings(
