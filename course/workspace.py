@@ -6,6 +6,7 @@ marker file; existing files are never overwritten. `pagedsim check 3.4a` checks,
 
     --impl FILE                                  that file
     $PAGEDSIM_WORKSPACE/ex3_4a_free_list.py      a workspace named by the environment
+                                                 (`pagedsim workspace` with no DIR makes it)
     ./ex3_4a_free_list.py                        the current folder, if it is a workspace
     ./pagedsim-work/ex3_4a_free_list.py          the default workspace under the current folder"""
 
@@ -68,9 +69,12 @@ def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
 def main(argv: list[str]) -> int:
     what = "copy the exercise stubs to a folder of yours"
     p = ArgParser(prog="pagedsim workspace", description=what)
-    where = f"where the files go (default: ./{DEFAULT})"
-    p.add_argument("folder", nargs="?", default=DEFAULT, help=where)
+    where = f"where the files go (default: $PAGEDSIM_WORKSPACE if set, else ./{DEFAULT})"
+    p.add_argument("folder", nargs="?", help=where)
     args = p.parse_args(argv)
+    named = os.environ.get("PAGEDSIM_WORKSPACE")
+    if args.folder is None:  # where `pagedsim check` will look first
+        args.folder = named or DEFAULT
     if not args.folder.strip():
         p.error("the folder name is empty: name a folder (or leave it out for ./pagedsim-work)")
     args.folder = Path(args.folder)
@@ -84,6 +88,7 @@ def main(argv: list[str]) -> int:
     for path in kept:
         print(f"  kept  {path.name} (already there; never overwritten)")
     hint = f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
-    hint = "" if args.folder == Path(DEFAULT) else hint
+    found = args.folder == Path(DEFAULT) or (named and where == Path(named).resolve())
+    hint = "" if found else hint
     print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
     return 0

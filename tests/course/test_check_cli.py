@@ -35,6 +35,19 @@ def test_workspace_copies_every_stub_once_and_check_finds_it(tmp_path, monkeypat
     )
 
 
+def test_workspace_without_a_folder_goes_where_pagedsim_workspace_names(
+    tmp_path, monkeypatch, capsys
+):
+    """`check` looks in $PAGEDSIM_WORKSPACE first, so `workspace` creates it there."""
+    named = tmp_path / "course-work"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(named))
+    assert workspace.main([]) == 0
+    assert workspace.find(EX) == named / "ex3_1_first_fit.py"
+    assert not (tmp_path / workspace.DEFAULT).exists()
+    assert f"workspace: {named.resolve()}" in capsys.readouterr().out
+
+
 def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
     cheat = tmp_path / "cheat.py"
     cheat.write_text("from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n")
