@@ -37,7 +37,7 @@ template is rendered in jinja2's ImmutableSandboxedEnvironment, as transformers 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -350,7 +350,8 @@ class LLM:
     ) -> CompletionOutput:
         """One sample: stop strings applied, text decoded, logprobs from the raw logits."""
         tokens = list(tokens)
-        finish, reason = "length", None
+        finish = "length"
+        reason: int | str | None = None  # a stop token id, or a stop string
         if (
             tokens
             and tokens[-1] in state.request.stop_token_ids
@@ -362,7 +363,7 @@ class LLM:
         text = self._decode(text_tokens)
         sampled = p if isinstance(p, SamplingParams) else None
         if sampled is not None and sampled.stop and self.tokenizer is not None:
-            cut = self._stop_strings(tokens, sampled)
+            cut = cut_at_stop(self._decode, tokens, sampled.stop, keep)
             if cut is not None:
                 tokens, text, reason = cut
                 finish = "stop"
@@ -375,20 +376,28 @@ class LLM:
         total = sum(lp[t] for lp, t in zip(logprobs, tokens, strict=True)) if logprobs else None
         return CompletionOutput(index, text, tokens, total, logprobs, finish, reason)
 
-    def _stop_strings(self, tokens: list[int], p: SamplingParams) -> tuple[Any, ...] | None:
-        """(tokens up to the one completing a stop string, the cut text, the stop reason):
-        the earliest-ending stop string wins, as in vLLM's check_stop_strings."""
-        for i in range(1, len(tokens) + 1):
-            text = self._decode(tokens[:i])
-            ends = [(text.find(s) + len(s), s) for s in p.stop or () if s in text]
-            if ends:
-                end, stop = min(ends, key=lambda e: e[0])
-                cut = end if p.include_stop_str_in_output else end - len(stop)
-                return tokens[:i], text[:cut], ends[0][1]
-        return None
-
     def _decode(self, ids: Iterable[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(list(ids))
+
+
+def cut_at_stop(
+    decode: Callable[[list[int]], str], tokens: list[int], stop: Sequence[str], keep: bool
+) -> tuple[list[int], str, str] | None:
+    """(the tokens up to the one that completes a stop string, the text cut there, that
+    string), or None: what vLLM v1's detokenizer (`check_stop_strings`) decides as the tokens
+    arrive one at a time. Of the strings the first such token completes, the one that ends
+    earliest wins, ties in `stop`'s order; the text keeps the string when `keep`
+    (include_stop_str_in_output). The token is found by bisection: O(log n) decodes."""
+    if not stop or not any(s in decode(tokens) for s in stop):
+        return None
+    lo, hi = 1, len(tokens)  # the shortest prefix whose text holds a stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        text = decode(tokens[:mid])
+        lo, hi = (lo, mid) if any(s in text for s in stop) else (mid + 1, hi)
+    text = decode(tokens[:lo])
+    end, first = min((text.find(s) + len(s), k) for k, s in enumerate(stop) if s in text)
+    return tokens[:lo], text[: end if keep else end - len(stop[first])], stop[first]
 
 
 def engine_configs(

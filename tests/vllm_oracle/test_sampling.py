@@ -5,7 +5,8 @@ applies vLLM v1's steps in its CPU sampler's order -- `apply_penalties` (repetit
 frequency, presence), temperature, `_apply_min_p`, `apply_top_k_top_p_pytorch` -- to
 random logits for random SamplingParams; pagedsim.engine.sampling.process must give the
 same distribution (the same tokens masked, the same probabilities). Data passes as JSON
-both ways. Skipped, in the tier's one line, where vLLM is not importable.
+both ways. Stop strings: `cut_at_stop` against vLLM's `check_stop_strings`, fed one token's
+text at a time. Skipped, in the tier's one line, where vLLM is not importable.
 """
 
 import json
@@ -14,7 +15,10 @@ import sys
 import textwrap
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from pagedsim.engine.llm import cut_at_stop
 from pagedsim.engine.sampling import SamplingParams, distribution, process
 from tests.vllm_oracle.sides import needs_vllm
 
@@ -89,3 +93,29 @@ def test_the_processed_distribution_is_vllms():
         want = np.array(want)
         assert np.array_equal(got > 0, want > 0), case["params"]  # the same tokens kept
         assert np.abs(got - want).max() < 1e-5, case["params"]
+
+
+def vllms_stop(pieces: list[str], stop: list[str], keep: bool):
+    """vLLM v1's detokenizer, one token's text at a time: (tokens kept, text, stop string)."""
+    from vllm.v1.engine.detokenizer import check_stop_strings
+
+    text = ""
+    for i, piece in enumerate(pieces):
+        text += piece
+        hit = check_stop_strings(text, len(piece), stop, keep)
+        if hit is not None:
+            string, offset = hit
+            return list(range(i + 1)), text if offset == -1 else text[:offset], string
+    return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pieces=st.lists(st.text("ab c\n\u00e9", max_size=3), max_size=14),
+    stop=st.lists(st.text("ab c\n\u00e9", min_size=1, max_size=3), min_size=1, max_size=4),
+    keep=st.booleans(),
+)
+def test_a_stop_string_ends_a_sample_where_vllms_detokenizer_ends_it(pieces, stop, keep):
+    decode = lambda ids: "".join(pieces[i] for i in ids)  # noqa: E731
+    got = cut_at_stop(decode, list(range(len(pieces))), stop, keep)
+    assert got == vllms_stop(pieces, stop, keep)
