@@ -9,9 +9,10 @@ hit capped at num_tokens - 1, is v1 (pagedsim.policies.prefix_cache).
 from __future__ import annotations
 
 from course.ch03_kv_block.lessons import verdict
+from course.i18n import lang
 from pagedsim import BlockError, BlockPool, KVCacheManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
-from pagedsim.story import caption
+from pagedsim.text.captions import caption
 
 NAME_MAP = [
     ("BlockPool.allocate()", "v0: pop from the block allocator's free ids"),
@@ -31,7 +32,7 @@ def _v0_fork_demo() -> dict:
     m.free_sequence("A")
     for snap in m.trace.snapshots:
         counts = {b: c for b, c in enumerate(snap.ref_counts) if c}
-        print(f"step {snap.step}: {caption(snap)}")
+        print(f"step {snap.step}: {caption(snap, lang())}")
         print(f"         free list {list(snap.free_list)}  counts {counts}")
     copies = m.drain_copies()
     print(f"copy-on-write pairs for copy_blocks: {copies}")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from course.ch03_kv_block.capstone import Workspace, load_module
 from course.ch03_kv_block.lessons import NeedsExercise, verdict
-from pagedsim import BlockPool, KVCacheManager, story
+from course.i18n import lang
+from pagedsim import BlockPool, KVCacheManager
+from pagedsim.text.captions import caption
 
 BLOCK_SIZE = 4
 SCRIPT = [
@@ -74,7 +76,7 @@ def compare(yours, reference) -> list[str]:
             f"block {blk} has count {x}, the manager's {y}" for blk, (x, y) in counts if x != y
         ]
         if what:
-            out.append(f"step {a.step} ({story.caption(b)}): " + "; ".join(what))
+            out.append(f"step {a.step} ({caption(b, lang())}): " + "; ".join(what))
     return out
 
 
@@ -114,7 +116,7 @@ def demo(out_dir) -> None:
     paths = draw_mod.draw_trace(snaps, out_dir)
     print(f"{len(paths)} pictures: {paths[0].parent}/step-00.png ... {paths[-1].name}")
     for snap in snaps:
-        print(f"  step {snap.step}: {story.caption(snap)}; free list {list(snap.free_list)}")
+        print(f"  step {snap.step}: {caption(snap, lang())}; free list {list(snap.free_list)}")
     print(
         "look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its "
         "private copy (v0 copy-on-write)."
