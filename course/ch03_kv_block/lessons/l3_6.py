@@ -7,10 +7,15 @@ functions run the script inside the capstone's WorkspaceManager (capstone.py).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from course.ch03_kv_block.capstone import Workspace, load_module
 from course.ch03_kv_block.lessons import NeedsExercise, verdict
-from course.i18n import lang
+from course.i18n import lang, say
 from pagedsim import BlockPool, KVCacheManager
+from pagedsim.config import SchedulerConfig
+from pagedsim.policies import PrefixCachingManager
+from pagedsim.scheduler_v1 import SchedulerV1
 from pagedsim.text.captions import caption
 
 BLOCK_SIZE = 4
@@ -80,6 +85,75 @@ def compare(yours, reference) -> list[str]:
     return out
 
 
+# the requests of the scheduler walk: (name, prompt token ids, max_tokens); B's first full
+# block is A's, so the prefix cache serves it once A has computed it
+WALK = (("A", (1, 2, 3, 4, 5, 6), 4), ("B", (1, 2, 3, 4, 9), 2))
+WALK_BLOCKS, WALK_BUDGET = 8, 6  # num_gpu_blocks, max_num_batched_tokens
+
+
+class WalkStep(NamedTuple):
+    """One step of the walk, by request name."""
+
+    scheduled: dict[str, int]  # num_scheduled_tokens
+    new: dict[str, tuple[int, tuple[int, ...]]]  # admitted: (num_computed_tokens, block ids)
+    tables: dict[str, tuple[int, ...]]  # each scheduled request's blocks after schedule()
+    sampled: tuple[str, ...]  # the requests that caught up and sampled a token
+    finished: tuple[str, ...]
+    free_queue: tuple[int, ...]  # after update_from_output, head first
+
+
+def schedule_walk() -> list[WalkStep]:
+    """The same flow driven as `generate` drives it (vLLM v1): requests enter with
+    `add_request`, and each step is `schedule()` -> the model -> `update_from_output()`.
+    `PagedEngine.step` runs this loop on this SchedulerV1 with a real model, and
+    tests/vllm_oracle/test_lesson_3_6.py runs WALK through vLLM's own Scheduler to the same
+    steps; here the model's token is 100 + the step number."""
+    manager = PrefixCachingManager(WALK_BLOCKS, BLOCK_SIZE)
+    config = SchedulerConfig(max_num_batched_tokens=WALK_BUDGET, max_num_seqs=4)
+    sched = SchedulerV1([], manager, config)
+    names = {sched.add_request(list(prompt), max_tokens=n): name for name, prompt, n in WALK}
+    steps = []
+    while not sched.done:
+        out = sched.schedule()
+        sampled = {rid: 100 + sched.now for rid in sched.sampling_req_ids(out)}  # the model
+        tables = {names[r]: sched.block_ids(r) for r in out.num_scheduled_tokens}
+        done = sched.update_from_output(out, sampled)
+        steps.append(
+            WalkStep(
+                {names[r]: n for r, n in out.num_scheduled_tokens.items()},
+                {
+                    names[r.req_id]: (r.num_computed_tokens, r.block_ids)
+                    for r in out.scheduled_new_reqs
+                },
+                tables,
+                tuple(names[r] for r in sampled),
+                tuple(names[r] for r in done),
+                tuple(manager.pool.free_list()),
+            )
+        )
+    return steps
+
+
+def walk_lines(steps: list[WalkStep]) -> list[str]:
+    """One line per step of `schedule_walk`."""
+    lines = []
+    for k, step in enumerate(steps, 1):
+        what = []
+        for name, n in step.scheduled.items():
+            if name in step.new:
+                hit, blocks = step.new[name]
+                cached = f", {hit} tokens from the prefix cache" if hit else ""
+                what.append(f"{name} +{n} (new: blocks {list(blocks)}{cached})")
+            else:
+                what.append(f"{name} +{n} (blocks {list(step.tables[name])})")
+        ends = f"; finished {', '.join(step.finished)}" if step.finished else ""
+        lines.append(
+            f"schedule() #{k}: {', '.join(what)}; sampled {', '.join(step.sampled) or 'none'}"
+            f"{ends}; free queue {list(step.free_queue)}"
+        )
+    return lines
+
+
 def demo(out_dir) -> None:
     import matplotlib.pyplot as plt
 
@@ -121,6 +195,14 @@ def demo(out_dir) -> None:
         "look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its "
         "private copy (v0 copy-on-write)."
     )
+    print(
+        say(
+            "the same pool under vLLM v1's scheduler, as `generate` runs it (no fork, no copy):",
+            "同一个块池在 vLLM v1 调度器下的运行，与 `generate` 相同（没有 fork，也没有复制）：",
+        )
+    )
+    for line in walk_lines(schedule_walk()):
+        print(f"  {line}")
     if differences:
         verdict(
             f"your run differs from pagedsim's manager at {len(differences)} point(s): the "
