@@ -9,13 +9,18 @@ A capture (`.kvcap`) keeps the messages byte for byte: the header
 b"pagedsim-kv-capture/1\\n", then per message a u32 frame count and per frame a u32
 length and the bytes (big-endian; a fourth frame b"replay" marks a replayed message).
 msgpack is decoded by msgspec into plain data and checked like JSON; nothing is unpickled
-or evaluated; hashes sent as bytes become hex text.
+or evaluated. The limits come before and after the decoder: a payload over MAX_PAYLOAD
+bytes is refused unread (msgspec checks every length against the bytes left, so a decoded
+payload holds at most one item per byte), nesting deeper than MAX_DEPTH and msgpack ext
+types (vLLM sends none) are refused. Hashes and extra keys sent as bytes (vLLM's
+ExternalBlockHash, a prompt-embeds digest) become hex text.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,7 +28,8 @@ from .kv_events import Batch, batch_of, read_batches
 
 MAGIC = b"pagedsim-kv-capture/1\n"
 REPLAY_MARK = b"replay"
-MAX_FRAME = 64 << 20  # bytes in one frame (vLLM's batches are far smaller)
+MAX_FRAME = 64 << 20  # bytes in one frame of a capture (ZMQ's limit on the subscriber too)
+MAX_PAYLOAD = 16 << 20  # bytes in one msgpack batch (vLLM's are kilobytes)
 MAX_DEPTH = 32  # nesting in one payload (a batch needs 4)
 END_SEQ = -1  # the seq of a replay's end marker
 EXTRA = "events"  # the pyproject extra that brings msgspec and pyzmq
@@ -45,44 +51,62 @@ def need(module: str) -> Any:
 def decode_payload(payload: bytes) -> Batch:
     """One msgpack KVEventBatch as a checked `Batch`; ValueError if it is not one."""
     msgspec = need("msgspec")
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"a payload of {len(payload):,} bytes (over {MAX_PAYLOAD >> 20} MiB)")
     try:
         obj = msgspec.msgpack.decode(payload)
     except (msgspec.DecodeError, RecursionError) as e:
         raise ValueError(f"not msgpack ({str(e)[:80]})") from None
-    _check_depth(obj)
-    return batch_of(_hashes_as_text(obj))
+    _check_plain(obj, msgspec.msgpack.Ext)
+    return batch_of(_bytes_as_text(obj))
 
 
-def _check_depth(obj: object, depth: int = 0) -> None:
+def _check_plain(obj: object, ext: type, depth: int = 0) -> None:
+    """Plain data only: nesting at most MAX_DEPTH, text map keys, no ext types."""
     if depth > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or maps")
     if isinstance(obj, dict):
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise ValueError(f"a map key must be text, got {type(k).__name__}")
-            _check_depth(v, depth + 1)
+            _check_plain(v, ext, depth + 1)
     elif isinstance(obj, list):
         for v in obj:
-            _check_depth(v, depth + 1)
+            _check_plain(v, ext, depth + 1)
+    elif isinstance(obj, ext):
+        raise ValueError(
+            f"msgpack ext type {getattr(obj, 'code', '?')} is not part of vLLM's format"
+        )
+    elif isinstance(obj, datetime):  # msgspec reads ext type -1 as a timestamp
+        raise ValueError("msgpack ext type -1 (a timestamp) is not part of vLLM's format")
 
 
-def _hashes_as_text(obj: object) -> object:
-    """Block hashes sent as msgpack bytes (vLLM's ExternalBlockHash may be bytes), as hex."""
+def _bytes_as_text(obj: object) -> object:
+    """Block hashes sent as msgpack bytes (vLLM's ExternalBlockHash may be bytes) and extra
+    keys sent as bytes (a prompt-embeds digest), as hex text."""
     if isinstance(obj, dict):
         events = obj.get("events", [obj])
     else:
         events = obj[1] if isinstance(obj, list) and len(obj) >= 2 else [obj]
     for e in events if isinstance(events, list) else ():
-        if isinstance(e, dict):
-            if isinstance(e.get("block_hashes"), list):
-                e["block_hashes"] = [_hex(h) for h in e["block_hashes"]]
-            if "parent_block_hash" in e:
-                e["parent_block_hash"] = _hex(e["parent_block_hash"])
+        if not isinstance(e, dict):
+            continue
+        if isinstance(e.get("block_hashes"), list):
+            e["block_hashes"] = [_hex(h) for h in e["block_hashes"]]
+        if "parent_block_hash" in e:
+            e["parent_block_hash"] = _hex(e["parent_block_hash"])
+        if isinstance(e.get("extra_keys"), list):
+            e["extra_keys"] = [_hex(k) for k in e["extra_keys"]]
     return obj
 
 
-def _hex(h: object) -> object:
-    return bytes(h).hex() if isinstance(h, (bytes, bytearray)) else h
+def _hex(value: object) -> object:
+    """bytes as hex text, inside arrays too (extra keys nest two deep)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, list):
+        return [_hex(v) for v in value]
+    return value
 
 
 # ---- messages and captures ---------------------------------------------------------------

@@ -1,0 +1,292 @@
+"""A KV event stream as vLLM 0.34 (v1) really sends it, and as a hostile sender could: every
+input is read, or refused with one ValueError line, or skipped with a counted, shown reason.
+
+What vLLM 0.34's own code sends and pagedsim once got wrong (each seen from vLLM's
+KVCacheManager; the oracle tier re-checks them with vLLM as the producer):
+- a hybrid model caches every block hash once per KV cache group (full + sliding window),
+  and removes it per group: a removal in group 1 must leave group 0's block cached;
+- groups have different block sizes (a full group of 8, a window group of 4), so one
+  stream carries several block_size values;
+- extra_keys hold a multimodal item as an (identifier, offset) pair and a prompt-embeds
+  digest as bytes;
+- BlockStored gained locality, ownership, session_id and lookahead_token_ids.
+"""
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedsim import kv_events as ke
+from pagedsim import kv_stream as ks
+
+msgspec = pytest.importorskip("msgspec", reason="the events extra: pip install -e .[events]")
+
+
+def stored(hashes, group=0, medium="GPU", bs=1, parent=None, **extra):
+    return ke.BlockStored(
+        list(hashes),
+        parent,
+        [7] * (bs * len(hashes)),
+        bs,
+        medium=medium,
+        group_idx=group,
+        **extra,
+    )
+
+
+def payload(events, ts=1.0, rank=None) -> bytes:
+    return msgspec.msgpack.encode([ts, [ke.event_to_json(e) for e in events], rank])
+
+
+# ---- what vLLM 0.34 sends ----------------------------------------------------------------
+
+
+def test_a_hash_cached_in_two_groups_stays_cached_in_the_one_it_was_not_removed_from():
+    """Before: the second group's BlockStored counted as "already cached" and its removal took
+    the one record away, so the page showed group 0's block evicted while vLLM still had it."""
+    t = ke.timeline(
+        [stored([5], group=0), stored([5], group=1), ke.BlockRemoved([5], "GPU", group_idx=1)]
+    )
+    assert [(r.event.group_idx, r.removed) for r in t.records] == [(0, None), (1, 3)]
+    assert t.steps[1].added == [1] and t.steps[1].unknown == 0
+    assert list(t.cached_at(3)) == [ke.BlockKey(0, "GPU", 5)]
+
+
+def test_the_same_hash_on_the_gpu_and_on_the_cpu_tier_are_two_blocks():
+    t = ke.timeline([stored([5]), stored([5], medium="CPU"), ke.BlockRemoved([5], "CPU", 0)])
+    assert list(t.cached_at(3)) == [ke.BlockKey(0, "GPU", 5)]
+
+
+def test_a_removal_without_group_idx_matches_a_store_in_group_0():
+    """Older vLLM streams carry no group_idx: None is group 0, the only group."""
+    t = ke.timeline([stored([5], group=None), ke.BlockRemoved([5], "GPU", group_idx=0)])
+    assert t.cached_at(2) == {} and t.steps[1].unknown == 0
+
+
+def test_groups_with_different_block_sizes_share_one_stream():
+    """vLLM 0.34, a full group of 8 and a window group of 4 (hash_block_size 4): before, the
+    whole stream was refused ("block_size 4 differs from the stream's 8")."""
+    lines = [
+        json.dumps(ke.event_to_json(stored([1, 2], group=0, bs=8))),
+        json.dumps(ke.event_to_json(stored([3, 4, 5, 6], group=1, bs=4))),
+    ]
+    events = ke.read_stream(lines)
+    assert [e.block_size for e in events] == [8, 4]
+    snaps = ke.replay(events)
+    assert snaps[-1].block_size == 8 and sorted(snaps[-1].block_fill) == [4, 4, 4, 4, 8, 8]
+
+
+def test_multimodal_and_prompt_embeds_extra_keys_are_read_and_kept_as_json():
+    """vLLM publishes an image as (mm identifier, offset) and prompt embeds as a sha256 digest:
+    before, the BlockStored was refused, and with it the whole capture."""
+    event = ke.event_to_json(stored([1, 2]))
+    event["extra_keys"] = [["lora-a", ["mm-7f3a", 0], "salt"], [b"\x01\xfe" * 16]]
+    (batch,) = [ks.decode_payload(msgspec.msgpack.encode([1.0, [event], 0]))]
+    keys = batch.events[0].extra_keys
+    assert keys == [["lora-a", ["mm-7f3a", 0], "salt"], ["01fe" * 16]]
+    line = json.dumps(ke.batch_to_json(batch))
+    assert ke.read_batches([line])[0].events == batch.events
+
+
+def test_the_fields_vllm_0_34_added_survive_a_save_as_json_lines():
+    event = ke.event_to_json(stored([1, 2], bs=2))
+    event.update(
+        locality="LOCAL", ownership="tier-2", session_id="s-1", lookahead_token_ids=[[4], [5]]
+    )
+    removed = {"type": "BlockRemoved", "block_hashes": [1], "medium": "GPU", "locality": "REMOTE"}
+    batch = ks.decode_payload(msgspec.msgpack.encode([1.0, [event, removed], 0]))
+    again = ke.read_batches([json.dumps(ke.batch_to_json(batch))])[0]
+    assert again.events == batch.events
+    first, second = again.events
+    assert (first.locality, first.ownership, first.session_id) == ("LOCAL", "tier-2", "s-1")
+    assert first.lookahead_token_ids == [[4], [5]] and second.locality == "REMOTE"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("locality", 3, "locality must be"),
+        ("session_id", "x" * 5000, "session_id must be"),
+        ("lookahead_token_ids", [[1]], "lookahead_token_ids has 1 entries for 2 blocks"),
+        ("lookahead_token_ids", [[1], [-1]], "lookahead_token_ids must be"),
+        ("extra_keys", [[[[[1]]]], None], "extra_keys must be"),
+    ],
+)
+def test_a_bad_new_field_is_refused_naming_it(field, value, why):
+    event = {**ke.event_to_json(stored([1, 2])), field: value}
+    with pytest.raises(ValueError, match=why):
+        ke.event_from_json(event)
+
+
+# ---- hostile bytes ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ts", [math.nan, math.inf, -math.inf])
+def test_a_timestamp_that_is_not_finite_is_refused_in_msgpack_and_json(ts):
+    with pytest.raises(ValueError, match="ts must be a finite number"):
+        ks.decode_payload(payload([], ts=ts))
+    line = json.dumps({"ts": ts, "events": [], "data_parallel_rank": None})  # NaN / Infinity
+    with pytest.raises(ValueError, match="line 1: a batch's ts must be a finite number"):
+        ke.read_batches([line])
+
+
+def test_a_payload_over_the_limit_is_refused_before_it_is_decoded():
+    big = b"\xc6" + (ks.MAX_PAYLOAD + 1).to_bytes(4, "big") + bytes(ks.MAX_PAYLOAD + 1)
+    with pytest.raises(ValueError, match=f"over {ks.MAX_PAYLOAD >> 20} MiB"):
+        ks.decode_payload(big)
+
+
+def test_a_json_line_over_the_limit_is_refused_naming_it():
+    line = "[" + "0," * (ke.MAX_LINE // 2) + "0]"
+    with pytest.raises(ValueError, match=f"line 2: over {ke.MAX_LINE >> 20} MiB"):
+        ke.read_batches(['{"type": "AllBlocksCleared"}', line])
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (b"\x91" * 200_000 + b"\xc0", "not msgpack"),  # deep nesting
+        (b"\xdd\xff\xff\xff\xff", "not msgpack"),  # an array claiming 4 billion items
+        (b"\x93\xcb\x3f\xf0" + bytes(6) + b"\x91\xd4\x05\x00\xc0", "msgpack ext type 5"),
+        (b"\x93\xcb\x3f\xf0" + bytes(6) + b"\x90\xd6\xff" + bytes(4), "msgpack ext type -1"),
+        (b"\x81\x01\x02", "a map key must be text"),
+        (b"\x93\xcb\x3f\xf0" + bytes(6) + b"\x91\xa2\xff\xfe\xc0", "not msgpack"),  # bad UTF-8
+    ],
+)
+def test_hostile_msgpack_is_one_value_error(data, why):
+    with pytest.raises(ValueError, match=why):
+        ks.decode_payload(data)
+
+
+def test_a_hash_int_outside_64_bits_is_refused():
+    with pytest.raises(ValueError, match="block_hashes must be"):
+        ke.event_from_json({**ke.event_to_json(stored([1])), "block_hashes": [1 << 64]})
+    assert ke.event_from_json(ke.event_to_json(stored([(1 << 64) - 1, -(1 << 63)]))).block_hashes
+
+
+MSGPACK_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(1 << 63), (1 << 64) - 1),
+        st.floats(),
+        st.text(max_size=6),
+        st.binary(max_size=6),
+        st.builds(lambda c, d: msgspec.msgpack.Ext(c, d), st.integers(-128, 127), st.binary()),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(
+            st.sampled_from(["type", "events", "block_hashes", "token_ids", "block_size"])
+            | st.sampled_from(sorted(ke.FIELD_RULES)),
+            inner,
+            max_size=5,
+        ),
+    ),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=300)
+@given(MSGPACK_VALUES)
+def test_any_msgpack_value_is_a_batch_or_one_value_error(value):
+    try:
+        data = msgspec.msgpack.encode(value)
+    except (TypeError, msgspec.EncodeError):  # the timestamp ext code is the encoder's own
+        return
+    _one_error_or_a_batch(data)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_any_bytes_are_a_batch_or_one_value_error(data):
+    _one_error_or_a_batch(data)
+
+
+@given(st.lists(st.one_of(st.builds(lambda h: stored([h]), st.integers(0, 5))), max_size=4))
+def test_every_cut_of_a_real_payload_is_refused(events):
+    data = payload(events, rank=0)
+    assert ks.decode_payload(data).events == events
+    for cut in range(len(data)):
+        with pytest.raises(ValueError):
+            ks.decode_payload(data[:cut])
+
+
+def _one_error_or_a_batch(data: bytes) -> None:
+    try:
+        batch = ks.decode_payload(data)
+    except ValueError as e:
+        assert "\n" not in str(e) and len(str(e)) < 300
+        return
+    json.dumps(ke.batch_to_json(batch), allow_nan=False)  # it is plain, finite JSON data
+    assert all(type(e) in ke.EVENT_TYPES.values() for e in batch.events)
+
+
+@settings(max_examples=200)
+@given(st.binary(max_size=120))
+def test_any_capture_body_is_read_or_one_value_error(body):
+    try:
+        ks.batches_of_capture(ks.MAGIC + body)
+    except ValueError as e:
+        assert "\n" not in str(e)
+
+
+# ---- what arrives is what is applied -----------------------------------------------------
+
+KEYS = st.tuples(st.sampled_from([0, 1]), st.sampled_from(["GPU", "CPU"]), st.integers(0, 6))
+STREAM = st.lists(
+    st.one_of(
+        st.lists(KEYS, min_size=1, max_size=3).map(lambda ks_: ("store", ks_)),
+        st.lists(KEYS, min_size=1, max_size=3).map(lambda ks_: ("remove", ks_)),
+        st.just(("clear", [])),
+    ),
+    max_size=30,
+)
+
+
+def _events(ops) -> list:
+    """Streams that repeat, remove before storing, remove twice and clear mid-way; one event
+    names blocks of one group and medium, as vLLM's does."""
+    out: list = []
+    for kind, keys in ops:
+        if kind == "clear":
+            out.append(ke.AllBlocksCleared())
+            continue
+        group, medium = keys[0][:2]
+        hashes = [h for _, _, h in keys]
+        if kind == "store":
+            out.append(stored(hashes, group=group, medium=medium))
+        else:
+            out.append(ke.BlockRemoved(hashes, medium, group))
+    return out
+
+
+@given(STREAM)
+def test_every_event_is_applied_or_its_skipped_blocks_are_counted(ops):
+    """A model of the cache (a set of (group, medium, hash)) after every event; every block an
+    event names was either applied or counted in `unknown`, never dropped unseen."""
+    events = _events(ops)
+    t = ke.timeline(events)
+    assert len(t.steps) == len(events)
+    model: set = set()
+    for k, (e, step) in enumerate(zip(events, t.steps, strict=True), 1):
+        if isinstance(e, ke.AllBlocksCleared):
+            assert len(step.removed) == len(model)
+            model.clear()
+        else:
+            keys = [ke.BlockKey(e.group_idx or 0, e.medium, h) for h in e.block_hashes]
+            fresh = list(dict.fromkeys(keys))
+            if isinstance(e, ke.BlockStored):
+                new = [x for x in fresh if x not in model]
+                assert len(step.added) == len(new)
+                assert len(step.added) + step.unknown == len(e.block_hashes)
+                model |= set(new)
+            else:
+                gone = [x for x in fresh if x in model]
+                assert len(step.removed) == len(gone)
+                assert len(step.removed) + step.unknown == len(e.block_hashes)
+                model -= set(gone)
+        assert set(t.cached_at(k)) == model
