@@ -294,6 +294,7 @@ class Batch:
     data_parallel_rank: int | None = None
     topic: str | None = None  # the ZMQ topic
     replayed: bool = False  # came back through the replay socket
+    refused: str | None = None  # why the message at this seq was refused (no events then)
 
 
 def batch_to_json(batch: Batch) -> dict[str, object]:
@@ -309,6 +310,8 @@ def batch_to_json(batch: Batch) -> dict[str, object]:
         out["topic"] = batch.topic
     if batch.replayed:
         out["replayed"] = True
+    if batch.refused is not None:
+        out["refused"] = batch.refused
     return out
 
 
@@ -347,6 +350,7 @@ def batch_of(obj: object) -> Batch:
         batch.data_parallel_rank = obj.get("data_parallel_rank")
         batch.seq, batch.topic = obj.get("seq"), obj.get("topic")
         batch.replayed = obj.get("replayed", False)
+        batch.refused = obj.get("refused")
     elif (
         isinstance(obj, list)
         and len(obj) >= 2
@@ -374,6 +378,8 @@ def _check_batch(b: Batch) -> None:
         raise ValueError(f"topic must be text, got {_brief(b.topic)}")
     if type(b.replayed) is not bool:
         raise ValueError(f"replayed must be true or false, got {_brief(b.replayed)}")
+    if b.refused is not None and not (_text_ok(b.refused) and not b.events):
+        raise ValueError("refused must be a short text on a batch with no events")
 
 
 def _text_of(line: object) -> str:

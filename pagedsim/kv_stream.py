@@ -220,11 +220,14 @@ def _one_document(data: bytes) -> bool:
 
 
 def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]]:
-    """Each batch with what its seq says after the ones before: a gap (batches never
-    received), a seq seen again (a replay or a restarted publisher), a replay's end."""
+    """Each batch with what its seq says after the ones before: a message refused, a gap
+    (batches never received), a seq seen again (a replay or a restarted publisher), a
+    replay's end."""
     last: int | None = None
     for b in batches:
         notes = []
+        if b.refused is not None:
+            notes.append(f"seq {b.seq} refused: {b.refused}")
         if b.seq == END_SEQ:
             notes.append("replay ended (seq -1)")
         elif b.seq is not None:
@@ -240,5 +243,5 @@ def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]
                 notes.append(f"seq {b.seq} again after {last} (a replay or a restarted publisher)")
             if b.replayed:
                 notes.append(f"seq {b.seq} came from the replay socket")
-            last = b.seq if last is None else max(last, b.seq)
+            last = b.seq  # after a seq seen again, a new run of the publisher
         yield b, notes

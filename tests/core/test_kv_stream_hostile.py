@@ -290,3 +290,63 @@ def test_every_event_is_applied_or_its_skipped_blocks_are_counted(ops):
                 assert len(step.removed) + step.unknown == len(e.block_hashes)
                 model -= set(gone)
         assert set(t.cached_at(k)) == model
+
+
+# ---- the live subscriber -----------------------------------------------------------------
+
+
+@pytest.fixture
+def subscriber():
+    pytest.importorskip("zmq", reason="the events extra: pip install -e .[events]")
+    from pagedsim.kv_subscriber import Subscriber
+
+    sub = Subscriber("tcp://127.0.0.1:*", bind=True)  # no peer: messages are handed to take()
+    yield sub
+    sub.close()
+
+
+def message(seq: int, events, topic: bytes = b"kv") -> list[bytes]:
+    return [topic, seq.to_bytes(8, "big", signed=True), payload(events, rank=0)]
+
+
+def test_a_restarted_publisher_s_batches_are_kept_and_noted(subscriber):
+    """vLLM's seq starts at 0 again when the server restarts. Before, every batch of the new
+    run whose seq the old run had used was dropped unseen ("a replay of a batch already
+    here"): 2 of these 5 batches were lost."""
+    for seq, h in [(0, 1), (1, 2), (2, 3), (0, 4), (1, 5)]:
+        subscriber.take(message(seq, [stored([h])]), replayed=False)
+    assert [b.events[0].block_hashes for b in subscriber.batches()] == [[1], [2], [3], [4], [5]]
+    assert subscriber.num_events == 5
+    notes = [n for _, ns in ks.sequence_notes(subscriber.batches()) for n in ns]
+    assert notes == ["seq 0 again after 2 (a replay or a restarted publisher)"]
+
+
+def test_a_replayed_batch_already_here_is_dropped_but_a_missing_one_goes_in_its_place(subscriber):
+    for seq in (0, 2):
+        subscriber.take(message(seq, [stored([seq])]), replayed=False)
+    for seq in (0, 1, 2):
+        subscriber.take(message(seq, [stored([seq])]), replayed=True)
+    assert [b.seq for b in subscriber.batches()] == [0, 1, 2]
+    assert [b.replayed for b in subscriber.batches()] == [False, True, False]
+
+
+def test_a_refused_message_is_counted_and_shown_where_it_arrived(subscriber, capsys):
+    """Before, a bad message was one stderr line and then looked like a seq gap on the page
+    ("never arrived"), which it did not."""
+    subscriber.take(message(0, [stored([1])]), replayed=False)
+    subscriber.take([b"kv", (1).to_bytes(8, "big"), b"\xc1"], replayed=False)
+    subscriber.take([b"kv", b"\x00"], replayed=False)  # no seq to place it by
+    subscriber.take(message(2, [stored([2])]), replayed=False)
+    assert subscriber.refused == 2 and subscriber.num_events == 2
+    assert capsys.readouterr().err.count("a KV event message refused") == 2
+    notes = [n for _, ns in ks.sequence_notes(subscriber.batches()) for n in ns]
+    assert len(notes) == 1 and notes[0].startswith("seq 1 refused: not msgpack (")
+    saved = [json.dumps(ke.batch_to_json(b)) for b in subscriber.batches()]
+    why = notes[0].removeprefix("seq 1 refused: ")
+    assert [b.refused for b in ke.read_batches(saved)] == [None, why, None]
+
+
+def test_the_subscriber_caps_what_zmq_may_buffer_for_it(subscriber):
+    zmq = pytest.importorskip("zmq")
+    assert subscriber._sub.getsockopt(zmq.MAXMSGSIZE) == ks.MAX_FRAME
+    assert subscriber._sub.getsockopt(zmq.RCVHWM) == 0  # ZMQ drops nothing for a slow page
