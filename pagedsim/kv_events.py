@@ -13,6 +13,9 @@ lookahead_token_ids; they are kept. `timeline` replays a stream in one pass: eac
 block gets a slot (a tile; a stream carries no block ids, so the replay invents none). A
 block is a `BlockKey` (group, medium, hash): a hybrid model caches each hash once per
 group, and its groups' block sizes differ, so one stream carries several block_size values.
+vLLM 0.34 also caches one key under every block that computed it, with a BlockStored each:
+each is a copy on its own tile, and a BlockRemoved takes one copy away. (A server run with
+kv_cache_report_mode "full" re-sends BlockStored for prefix hits; those show as copies.)
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`), a line
 longer than MAX_LINE or nested deeper than MAX_DEPTH is refused before json's recursive
@@ -440,20 +443,22 @@ class Step:
     text: str
     added: list[int]  # record ids, in the event's order
     removed: list[int]  # record ids
-    unknown: int = 0  # hashes a BlockRemoved named that were not cached (or a re-store)
+    unknown: int = 0  # blocks a BlockRemoved named that were not cached
+    copies: int = 0  # blocks a BlockStored named that were cached already (another copy)
 
 
 @dataclass
 class Timeline:
     steps: list[Step] = field(default_factory=list)  # steps[k - 1] is event k
     records: list[Record] = field(default_factory=list)
-    live: dict[BlockKey, int] = field(default_factory=dict)  # block -> record id, cached now
+    live: dict[BlockKey, list[int]] = field(default_factory=dict)  # block -> its copies' records
     free: list[int] = field(default_factory=list)  # a heap of slots given back: lowest first
     num_slots: int = 0
     block_size: int | None = None  # the largest BlockStored's (groups differ in vLLM 0.34)
 
     def cached_at(self, k: int) -> dict[BlockKey, Record]:
-        """The cached blocks after event k (0 = the start), by `BlockKey`."""
+        """The cached blocks after event k (0 = the start), by `BlockKey` (of copies, the
+        newest)."""
         return {
             BlockKey(r.event.group_idx or 0, r.event.medium, r.hash): r
             for r in self.records
@@ -462,8 +467,8 @@ class Timeline:
 
 
 def timeline(events: Iterable[KVEvent]) -> Timeline:
-    """Replay `events` in one pass. Every block an event names is applied or counted in its
-    step's `unknown` (a removal of a block not cached, a store of one already cached)."""
+    """Replay `events` in one pass. Every block an event names is applied, or counted in
+    its step's `unknown` (a removal of a block not cached)."""
     out = Timeline()
     for k, event in enumerate(events, 1):
         if isinstance(event, BlockStored):
@@ -474,33 +479,49 @@ def timeline(events: Iterable[KVEvent]) -> Timeline:
 
 def _step(t: Timeline, event: KVEvent, k: int) -> Step:
     if isinstance(event, AllBlocksCleared):
-        gone = list(t.live.values())
+        gone = [r for copies in t.live.values() for r in copies]
         for r in gone:
             _drop(t, r, k)
         t.live.clear()
         text = f"AllBlocksCleared: reset_prefix_cache() forgot all {len(gone)} cached blocks"
         return Step(event, text, [], gone)
     if isinstance(event, BlockRemoved):
-        gone = []
-        for key in keys_of(event):  # a block named twice is evicted once
-            if key in t.live:
-                r = t.live.pop(key)
-                _drop(t, r, k)
-                gone.append(r)
-        unknown = len(event.block_hashes) - len(gone)
-        text = f"BlockRemoved: {_names(event.block_hashes)} evicted" + (
-            f" ({unknown} not cached here)" if unknown else ""
-        )
-        return Step(event, text, [], gone, unknown)
-    added, parent, bs = [], event.parent_block_hash, event.block_size
+        return _removed(t, event, k)
+    return _stored(t, event, k)
+
+
+def _removed(t: Timeline, event: BlockRemoved, k: int) -> Step:
+    """Each named block loses its earliest copy (the stream does not say which); a block
+    not cached is counted in `unknown` (a stream joined mid-run, or a removal repeated)."""
+    gone = []
+    for key in keys_of(event):
+        copies = t.live.get(key)
+        if copies:
+            r = copies.pop(0)
+            if not copies:
+                del t.live[key]
+            _drop(t, r, k)
+            gone.append(r)
+    unknown = len(event.block_hashes) - len(gone)
+    text = f"BlockRemoved: {_names(event.block_hashes)} evicted" + (
+        f" ({unknown} not cached here)" if unknown else ""
+    )
+    return Step(event, text, [], gone, unknown)
+
+
+def _stored(t: Timeline, event: BlockStored, k: int) -> Step:
+    """Each named block gets a tile: a block already cached gets another copy, as vLLM 0.34
+    caches one hash under each block that computed it (and removes them one by one)."""
+    added, parent, bs, copies = [], event.parent_block_hash, event.block_size, 0
     for i, (key, h) in enumerate(zip(keys_of(event), event.block_hashes, strict=True)):
-        if key not in t.live:
-            slot = heapq.heappop(t.free) if t.free else t.num_slots
-            t.num_slots = max(t.num_slots, slot + 1)
-            t.live[key] = len(t.records)
-            added.append(len(t.records))
-            tokens = tuple(event.token_ids[i * bs : (i + 1) * bs])
-            t.records.append(Record(h, parent, tokens, slot, k, event))
+        slot = heapq.heappop(t.free) if t.free else t.num_slots
+        t.num_slots = max(t.num_slots, slot + 1)
+        held = t.live.setdefault(key, [])
+        copies += bool(held)
+        held.append(len(t.records))
+        added.append(len(t.records))
+        tokens = tuple(event.token_ids[i * bs : (i + 1) * bs])
+        t.records.append(Record(h, parent, tokens, slot, k, event))
         parent = h
     after = (
         "a prompt's start"
@@ -508,11 +529,10 @@ def _step(t: Timeline, event: KVEvent, k: int) -> Step:
         else f"block {short_hash(event.parent_block_hash)}"
     )
     lora = f", LoRA {event.lora_id}" if event.lora_id is not None else ""
-    again = len(event.block_hashes) - len(added)
     text = f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}" + (
-        f" ({again} already cached)" if again else ""
+        f" ({copies} already cached: another copy)" if copies else ""
     )
-    return Step(event, text, added, [], again)
+    return Step(event, text, added, [], copies=copies)
 
 
 def _drop(t: Timeline, record: int, k: int) -> None:
