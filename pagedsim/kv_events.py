@@ -28,6 +28,7 @@ import heapq
 import json
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import NamedTuple, TypeAlias, TypeGuard
@@ -338,11 +339,22 @@ def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
             if not line:
                 continue
             _check_depth(line)
-            batch = batch_of(json.loads(line))
+            batch = batch_of(_json(line))
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"line {number}: {e}") from None
         out.append(batch)
     return out
+
+
+def _json(line: str) -> object:
+    """One JSON value; an int too long for Python's reader is named plainly."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            limit = sys.get_int_max_str_digits()
+            raise ValueError(f"an integer of over {limit:,} digits") from None
+        raise
 
 
 def batch_of(obj: object) -> Batch:

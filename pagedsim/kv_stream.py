@@ -32,6 +32,7 @@ MAX_FRAME = 64 << 20  # bytes in one frame of a capture (ZMQ's limit on the subs
 MAX_PAYLOAD = 16 << 20  # bytes in one msgpack batch (vLLM's are kilobytes)
 MAX_DEPTH = 32  # nesting in one payload (a batch needs 4)
 END_SEQ = -1  # the seq of a replay's end marker
+STREAM_LINE = (b'{"ts"', b'{"events"', b'{"type"', b'["')  # how a stream's line begins
 EXTRA = "events"  # the pyproject extra that brings msgspec and pyzmq
 
 
@@ -207,8 +208,8 @@ def _one_document(data: bytes) -> bool:
     import json
 
     lines = [line for line in data.splitlines() if line.strip()]
-    if len(lines) < 2:
-        return False
+    if len(lines) < 2 or lines[0].lstrip(b"\xef\xbb\xbf \t").startswith(STREAM_LINE):
+        return False  # a stream's line (a cut one is then refused naming its line)
     try:
         json.loads(lines[0])
     except (ValueError, RecursionError):

@@ -373,3 +373,22 @@ def test_the_subscriber_caps_what_zmq_may_buffer_for_it(subscriber):
     zmq = pytest.importorskip("zmq")
     assert subscriber._sub.getsockopt(zmq.MAXMSGSIZE) == ks.MAX_FRAME
     assert subscriber._sub.getsockopt(zmq.RCVHWM) == 0  # ZMQ drops nothing for a slow page
+
+
+# ---- files -----------------------------------------------------------------------------------
+
+
+def test_a_stream_whose_first_line_is_cut_is_named_as_a_stream_with_its_line(tmp_path):
+    """Before: `view` said "not JSON (Expecting ',' delimiter at line 3)" and `play --events`
+    called the file "a JSON trace, not an event stream (use --trace)"."""
+    path = tmp_path / "e.jsonl"
+    good = json.dumps(ke.event_to_json(stored([1])))
+    path.write_text('{"ts": 1.5, "events": [\n' + good + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="^line 1: "):
+        ks.read_any(path, 1 << 20)
+
+
+def test_an_int_too_long_to_read_is_one_plain_line():
+    line = '{"type": "BlockRemoved", "block_hashes": [' + "9" * 5000 + '], "medium": "GPU"}'
+    with pytest.raises(ValueError, match="^line 1: an integer of over 4,300 digits$"):
+        ke.read_batches([line])
