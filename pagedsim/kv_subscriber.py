@@ -43,6 +43,7 @@ class Subscriber:
     _next: int | None = None  # the seq expected next from the PUB socket
     _run: int = 0  # the entry where the publisher's current run (from its restart) begins
     _asking: bool = False  # a replay request is being answered
+    _asked_from: int | None = None  # the seq the last replay request started at
 
     def __post_init__(self) -> None:
         zmq = need("zmq")
@@ -95,11 +96,12 @@ class Subscriber:
             batch = Batch([], seq=seq, replayed=replayed, refused=str(e)[:MAX_REASON])
         if batch is None:  # a replay's end marker
             self._asking = False
+            self._ask_again()
             return 0
         seq = batch.seq if batch.seq is not None else END_SEQ
         if not replayed and self._next is not None and seq < self._next:
             self._run = len(self.entries)  # the publisher restarted: its seqs begin again
-            self._held = set()
+            self._held, self._asked_from = set(), None
         if seq in self._held:
             return 0  # a replay of a batch already here
         if not replayed and self._next is not None and seq > self._next:
@@ -120,8 +122,19 @@ class Subscriber:
     def _ask(self, start: int) -> None:
         if self._replay is None or self._asking:
             return
-        self._asking = True
+        self._asking, self._asked_from = True, start
         self._replay.send_multipart([b"", start.to_bytes(8, "big")])
+
+    def _ask_again(self) -> None:
+        """After a replay: ask from the first seq still missing past the last request's
+        start (a gap that opened while it was answered). One below it was not in vLLM's
+        buffer any more, so it is never asked twice: the page notes it as a gap."""
+        if self._asked_from is None or self._next is None:
+            return
+        missing = (s for s in range(self._asked_from + 1, self._next) if s not in self._held)
+        start = next(missing, None)
+        if start is not None:
+            self._ask(start)
 
     def batches(self) -> list[Batch]:
         return [e.batch for e in self.entries]

@@ -392,3 +392,33 @@ def test_an_int_too_long_to_read_is_one_plain_line():
     line = '{"type": "BlockRemoved", "block_hashes": [' + "9" * 5000 + '], "medium": "GPU"}'
     with pytest.raises(ValueError, match="^line 1: an integer of over 4,300 digits$"):
         ke.read_batches([line])
+
+
+def test_a_gap_that_opens_while_a_replay_is_answered_is_asked_for_after_it(tmp_path):
+    """vLLM's replay socket answers one request with the batches it buffers from a seq on,
+    then seq -1. Before, a second gap opening meanwhile was never asked for: its batches
+    stayed "never arrived" although vLLM still buffered them."""
+    zmq = pytest.importorskip("zmq", reason="the events extra: pip install -e .[events]")
+    from pagedsim.kv_subscriber import Subscriber
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    sub = Subscriber("tcp://127.0.0.1:*", bind=True, replay_endpoint=f"tcp://127.0.0.1:{port}")
+    try:
+        sub.take(message(0, [stored([0])]), replayed=False)
+        sub.take(message(2, [stored([2])]), replayed=False)  # 1 missing: asked from 1
+        sub.take(message(4, [stored([4])]), replayed=False)  # 3 missing: a replay is under way
+        sub.take(message(1, [stored([1])]), replayed=True)
+        sub.take([b"", (-1).to_bytes(8, "big", signed=True), b""], replayed=True)  # its end
+        asked = []
+        while router.poll(2000) and len(asked) < 2:
+            asked.append(int.from_bytes(router.recv_multipart()[-1], "big"))
+        assert asked == [1, 3]
+        sub.take(message(3, [stored([3])]), replayed=True)
+        sub.take([b"", (-1).to_bytes(8, "big", signed=True), b""], replayed=True)
+        assert [b.seq for b in sub.batches()] == [0, 1, 2, 3, 4]
+        assert not router.poll(300)  # nothing missing: nothing asked again
+    finally:
+        sub.close()
+        ctx.destroy(linger=0)
