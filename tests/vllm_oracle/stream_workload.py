@@ -62,12 +62,17 @@ def manager(v: Any, hybrid: bool, num_blocks: int) -> Any:
     )
 
 
-def held(v: Any, m: Any) -> frozenset[tuple[int, Any]]:
-    """What vLLM's block pool holds: (group, the hash its events name) per cached entry."""
-    u = v.utils
-    keys = m.block_pool.cached_block_hash_to_block._cache
-    return frozenset(
-        (u.get_group_id(k), _text(u.maybe_convert_block_hash(u.get_block_hash(k)))) for k in keys
+def held(v: Any, m: Any) -> Counter[tuple[int, Any]]:
+    """What vLLM's block pool holds: per (group, the hash its events name), how many blocks
+    are cached under it (BlockHashToBlockMap keeps one id, and the others in _dup_ids)."""
+    u, table = v.utils, m.block_pool.cached_block_hash_to_block
+    return Counter(
+        {
+            (u.get_group_id(k), _text(u.maybe_convert_block_hash(u.get_block_hash(k)))): len(
+                table._dup_ids.get(k, (None,))
+            )
+            for k in table._cache
+        }
     )
 
 
@@ -135,10 +140,14 @@ class Outcome:
     notes: list[str]  # what the seqs said (gaps, replays)
     mismatches: list[int]  # batches after which the replay's cache differs from vLLM's
     seconds: float
+    blocks_at_end: int  # blocks vLLM's pool holds at the end (copies counted)
 
 
-def run(v: Any, events: int, hybrid: bool = False, seed: int = 0) -> Outcome:
-    """Publish at least `events` events from the workload; read them back; compare."""
+def run(
+    v: Any, events: int, hybrid: bool = False, seed: int = 0, capture: str | None = None
+) -> Outcome:
+    """Publish at least `events` events from the workload; read them back (saved as a
+    `.kvcap` at `capture` if given); compare."""
     start = time.monotonic()
     port, replay = _port(), _port()
     sub = Subscriber(
@@ -165,6 +174,8 @@ def run(v: Any, events: int, hybrid: bool = False, seed: int = 0) -> Outcome:
     finally:
         pub.shutdown()
         sub.close()
+    if capture is not None:
+        sub.save(capture)
     return _compare(sub, published, after, time.monotonic() - start)
 
 
@@ -178,7 +189,7 @@ def _compare(sub: Subscriber, published: int, after: list, seconds: float) -> Ou
             cached.subtract(_key(t.records[r]) for r in step.removed)
             cached.update(_key(t.records[r]) for r in step.added)
         k += len(b.events)
-        if i >= len(after) or set(+cached) != after[i]:
+        if i >= len(after) or +cached != after[i]:
             mismatches.append(i)
     notes = [n for _, ns in sequence_notes(batches) for n in ns if "replay socket" not in n]
     return Outcome(
@@ -190,6 +201,7 @@ def _compare(sub: Subscriber, published: int, after: list, seconds: float) -> Ou
         notes,
         mismatches,
         seconds,
+        sum(after[-1].values()) if after else 0,
     )
 
 

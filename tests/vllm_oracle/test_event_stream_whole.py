@@ -44,6 +44,20 @@ def test_every_event_vllm_publishes_is_applied_and_leaves_vllms_cache(vllm, hybr
     assert out.mismatches == [], f"{len(out.mismatches)} batches differ, first {out.mismatches[:3]}"
 
 
+def test_a_hybrid_capture_of_vllms_stream_is_a_page_with_every_event(vllm, tmp_path):
+    """The capture the subscriber saved, through `pagedsim view`: one step per event, and at
+    the end one tile per block vLLM's pool holds (a copy is a block of its own)."""
+    from pagedsim.view.command import main as view
+    from tests.view.stream_state import page_json, tiles
+
+    cap, page = tmp_path / "s.kvcap", tmp_path / "p.html"
+    out = stream_workload.run(vllm, 1_500, hybrid=True, seed=5, capture=str(cap))
+    assert view([str(cap), "--html", str(page)]) == 0
+    data = page_json(page.read_text(encoding="utf-8"))
+    assert data["stream"]["events"] == out.published == len(data["steps"]) - 1
+    assert len(tiles(data)[-1]) == out.blocks_at_end > 0
+
+
 def test_bytes_hashes_arrive_as_hex_and_match_vllms_cache(vllm, monkeypatch):
     """VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0: vLLM publishes its sha256 hashes as bytes."""
     monkeypatch.setenv("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "0")
