@@ -115,6 +115,10 @@ def event_from_json(obj: object) -> KVEvent:
         kind, values = obj[0], obj[1:]
         if kind not in ARRAY_ORDER:
             raise ValueError(f"unknown event type {_brief(kind)}")
+        if len(values) > len(ARRAY_ORDER[kind]):
+            raise ValueError(
+                f"{kind}: {len(values)} values after the tag, at most {len(ARRAY_ORDER[kind])}"
+            )
         obj = {"type": kind, **dict(zip(ARRAY_ORDER[kind], values, strict=False))}
     if (
         not isinstance(obj, dict)
@@ -372,6 +376,8 @@ def batch_of(obj: object) -> Batch:
         and isinstance(obj[1], list)
         and not isinstance(obj[0], str)
     ):  # vLLM's array-like EventBatch: [ts, events, data_parallel_rank]
+        if len(obj) > 3:
+            raise ValueError(f"a batch array has 2 or 3 elements, got {len(obj)}")
         batch = Batch(_events_of(obj[1]), ts=obj[0])
         batch.data_parallel_rank = obj[2] if len(obj) > 2 else None
     else:

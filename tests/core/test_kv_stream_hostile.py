@@ -422,3 +422,14 @@ def test_a_gap_that_opens_while_a_replay_is_answered_is_asked_for_after_it(tmp_p
     finally:
         sub.close()
         ctx.destroy(linger=0)
+
+
+def test_extra_array_elements_are_refused_not_read_past():
+    """vLLM's decoder refuses an EventBatch array longer than its 3 fields, and an event array
+    longer than its struct's; pagedsim dropped the extra values unseen."""
+    event = ["BlockRemoved", [1], "GPU"]
+    with pytest.raises(ValueError, match="a batch array has 2 or 3 elements, got 4"):
+        ks.decode_payload(msgspec.msgpack.encode([1.0, [], 0, "more"]))
+    assert ke.event_from_json(event) == ke.BlockRemoved([1], "GPU")
+    with pytest.raises(ValueError, match="BlockRemoved: 3 values after the tag, at most 2"):
+        ke.event_from_json([*event, 0])
