@@ -335,6 +335,7 @@ def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
 def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
     """`read_stream`, batch by batch: a line holding one bare event is a batch of one."""
     out: list[Batch] = []
+    rank: int | None = None
     for number, raw in enumerate(lines, 1):
         try:
             if isinstance(raw, (str, bytes, bytearray)) and len(raw) > MAX_LINE:
@@ -344,10 +345,25 @@ def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
                 continue
             _check_depth(line)
             batch = batch_of(_json(line))
+            rank = same_rank(batch, rank)
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"line {number}: {e}") from None
         out.append(batch)
     return out
+
+
+def same_rank(batch: Batch, rank: int | None) -> int | None:
+    """The stream's data-parallel rank after `batch` (None: not told yet). Each rank of vLLM
+    has its own pool and publisher, so a batch of another rank is a ValueError."""
+    theirs = batch.data_parallel_rank
+    if theirs is None:
+        return rank
+    if rank is not None and theirs != rank:
+        raise ValueError(
+            f"data_parallel_rank {theirs} in a stream of rank {rank} (each rank has its own "
+            "pool: view each rank's stream on its own)"
+        )
+    return theirs
 
 
 def _json(line: str) -> object:

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .kv_events import Batch, batch_of, read_batches
+from .kv_events import Batch, batch_of, read_batches, same_rank
 
 MAGIC = b"pagedsim-kv-capture/1\n"
 REPLAY_MARK = b"replay"
@@ -177,10 +177,12 @@ def _u32(data: bytes, pos: int, where: str) -> tuple[int, int]:
 
 def batches_of_capture(data: bytes) -> list[Batch]:
     """The batches of a capture (a replay's end marker is kept as an empty batch, seq -1)."""
-    out = []
+    out: list[Batch] = []
+    rank: int | None = None
     for i, (frames, replayed) in enumerate(read_capture(data), 1):
         try:
             batch = batch_of_message(frames, replayed)
+            rank = rank if batch is None else same_rank(batch, rank)
         except ValueError as e:
             raise ValueError(f"message {i}: {e}") from None
         out.append(batch if batch is not None else Batch([], seq=END_SEQ, replayed=True))

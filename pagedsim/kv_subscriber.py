@@ -17,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 
-from .kv_events import Batch
+from .kv_events import Batch, same_rank
 from .kv_stream import END_SEQ, MAGIC, MAX_FRAME, batch_of_message, need, write_message
 
 MAX_REASON = 200  # characters of a refusal kept for the page
@@ -41,6 +41,7 @@ class Subscriber:
     num_events: int = 0
     _held: set[int] = field(default_factory=set)  # seqs received
     _next: int | None = None  # the seq expected next from the PUB socket
+    _rank: int | None = None  # the publisher's data-parallel rank, once told
     _run: int = 0  # the entry where the publisher's current run (from its restart) begins
     _asking: bool = False  # a replay request is being answered
     _asked_from: int | None = None  # the seq the last replay request started at
@@ -87,6 +88,8 @@ class Subscriber:
         as an empty batch whose `refused` the page shows at that seq (not as a gap)."""
         try:
             batch = batch_of_message(frames, replayed)
+            if batch is not None:
+                self._rank = same_rank(batch, self._rank)
         except ValueError as e:
             self.refused += 1
             print(f"pagedsim: a KV event message refused: {e}", file=sys.stderr)

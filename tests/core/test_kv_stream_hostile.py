@@ -12,6 +12,7 @@ KVCacheManager; the oracle tier re-checks them with vLLM as the producer):
 - BlockStored gained locality, ownership, session_id and lookahead_token_ids.
 """
 
+import io
 import json
 import math
 from collections import Counter
@@ -433,3 +434,26 @@ def test_extra_array_elements_are_refused_not_read_past():
     assert ke.event_from_json(event) == ke.BlockRemoved([1], "GPU")
     with pytest.raises(ValueError, match="BlockRemoved: 3 values after the tag, at most 2"):
         ke.event_from_json([*event, 0])
+
+
+def test_a_stream_that_mixes_data_parallel_ranks_is_refused_naming_where(subscriber):
+    """Each data-parallel rank of vLLM has its own pool and its own publisher (port + rank):
+    the same hash on two ranks is two blocks, and one rank's AllBlocksCleared leaves the
+    other's. A replay of one mixed stream merged them unseen; now it is refused."""
+    event = ke.event_to_json(stored([1]))
+    lines = [
+        json.dumps({"ts": 1.0, "events": [event], "data_parallel_rank": r}) for r in (0, None, 1)
+    ]
+    with pytest.raises(ValueError, match="^line 3: data_parallel_rank 1 in a stream of rank 0"):
+        ke.read_batches(lines)
+    capture = io.BytesIO()
+    capture.write(ks.MAGIC)
+    for seq, rank in enumerate((0, 1)):
+        ks.write_message(capture, [b"kv", seq.to_bytes(8, "big"), payload([], rank=rank)])
+    with pytest.raises(ValueError, match="^message 2: data_parallel_rank 1 in a stream of rank 0"):
+        ks.batches_of_capture(capture.getvalue())
+    subscriber.take(message(0, [stored([1])]), replayed=False)
+    subscriber.take([b"kv", (1).to_bytes(8, "big"), payload([stored([2])], rank=3)], False)
+    assert subscriber.refused == 1 and subscriber.num_events == 1
+    why = subscriber.batches()[1].refused
+    assert why is not None and why.startswith("data_parallel_rank 3 in a stream of rank 0")
