@@ -199,11 +199,13 @@ def test_a_restarted_vllm_publisher_is_read_as_a_second_run(vllm):
                 pub.publish(ev.KVEventBatch(ts=time.time(), events=[event]))
             for _ in range(20 if run == 0 else 0):  # the first run's seqs pass the second's
                 pub.publish(ev.KVEventBatch(ts=time.time(), events=[ev.AllBlocksCleared()]))
-            while sub.num_events < first + 23 - 20 * run and time.monotonic() < deadline:
+            last = ev.BlockStored([run * 100 + 99], None, [1], 1, None, None, None)
+            pub.publish(ev.KVEventBatch(ts=time.time(), events=[last]))  # in order: the end
+            while run * 100 + 99 not in _stored(sub) and time.monotonic() < deadline:
                 sub.poll(100)
             pub.shutdown()
     finally:
         sub.close()
-    assert _stored(sub) == [0, 1, 2, 100, 101, 102]
+    assert _stored(sub) == [0, 1, 2, 99, 100, 101, 102, 199]
     notes = [n for _, ns in ks.sequence_notes(sub.batches()) for n in ns]
     assert any("again after" in n for n in notes), notes
