@@ -303,6 +303,7 @@ class Batch:
     topic: str | None = None  # the ZMQ topic
     replayed: bool = False  # came back through the replay socket
     refused: str | None = None  # why the message at this seq was refused (no events then)
+    unread: list[str] = field(default_factory=list)  # "Type.field" of fields not known here
 
 
 def batch_to_json(batch: Batch) -> dict[str, object]:
@@ -320,6 +321,8 @@ def batch_to_json(batch: Batch) -> dict[str, object]:
         out["replayed"] = True
     if batch.refused is not None:
         out["refused"] = batch.refused
+    if batch.unread:
+        out["unread"] = batch.unread
     return out
 
 
@@ -386,6 +389,10 @@ def batch_of(obj: object) -> Batch:
         batch.seq, batch.topic = obj.get("seq"), obj.get("topic")
         batch.replayed = obj.get("replayed", False)
         batch.refused = obj.get("refused")
+        told = obj.get("unread", [])
+        if not isinstance(told, list):
+            raise ValueError(f"unread must be a list of field names, got {_brief(told)}")
+        batch.unread = told + _unread(obj["events"])
     elif (
         isinstance(obj, list)
         and len(obj) >= 2
@@ -394,12 +401,25 @@ def batch_of(obj: object) -> Batch:
     ):  # vLLM's array-like EventBatch: [ts, events, data_parallel_rank]
         if len(obj) > 3:
             raise ValueError(f"a batch array has 2 or 3 elements, got {len(obj)}")
-        batch = Batch(_events_of(obj[1]), ts=obj[0])
+        batch = Batch(_events_of(obj[1]), ts=obj[0], unread=_unread(obj[1]))
         batch.data_parallel_rank = obj[2] if len(obj) > 2 else None
     else:
-        return Batch([event_from_json(obj)])
+        return Batch([event_from_json(obj)], unread=_unread([obj]))
     _check_batch(batch)
     return batch
+
+
+def _unread(events: list[object]) -> list[str]:
+    """The fields of tagged events that no event type here has, as "Type.field" (a newer
+    vLLM's; read past, as msgspec's decoder does, but named for the page)."""
+    out = {
+        f"{e['type']}.{k}"
+        for e in events
+        if isinstance(e, dict) and e.get("type") in EVENT_TYPES
+        for k in e
+        if k != "type" and k not in EVENT_TYPES[e["type"]].__dataclass_fields__
+    }
+    return sorted(out)
 
 
 def _check_batch(b: Batch) -> None:
@@ -415,6 +435,8 @@ def _check_batch(b: Batch) -> None:
         raise ValueError(f"topic must be text, got {_brief(b.topic)}")
     if type(b.replayed) is not bool:
         raise ValueError(f"replayed must be true or false, got {_brief(b.replayed)}")
+    if not (isinstance(b.unread, list) and len(b.unread) <= 64 and all(map(_text_ok, b.unread))):
+        raise ValueError("unread must be a list of at most 64 field names")
     if b.refused is not None and not (_text_ok(b.refused) and not b.events):
         raise ValueError("refused must be a short text on a batch with no events")
 

@@ -231,6 +231,8 @@ def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]
         notes = []
         if b.refused is not None:
             notes.append(f"seq {b.seq} refused: {b.refused}")
+        if b.unread:
+            notes.append(f"read past fields pagedsim does not know: {', '.join(b.unread)}")
         if b.seq == END_SEQ:
             notes.append("replay ended (seq -1)")
         elif b.seq is not None:

@@ -196,7 +196,8 @@ MSGPACK_VALUES = st.recursive(
         st.lists(inner, max_size=4),
         st.dictionaries(
             st.sampled_from(["type", "events", "block_hashes", "token_ids", "block_size"])
-            | st.sampled_from(sorted(ke.FIELD_RULES)),
+            | st.sampled_from(sorted(ke.FIELD_RULES))
+            | st.sampled_from(["ts", "seq", "topic", "replayed", "refused", "unread"]),
             inner,
             max_size=5,
         ),
@@ -457,3 +458,25 @@ def test_a_stream_that_mixes_data_parallel_ranks_is_refused_naming_where(subscri
     assert subscriber.refused == 1 and subscriber.num_events == 1
     why = subscriber.batches()[1].refused
     assert why is not None and why.startswith("data_parallel_rank 3 in a stream of rank 0")
+
+
+def test_a_field_pagedsim_does_not_know_is_named_on_the_page_not_dropped_unseen():
+    """A newer vLLM may add a field (0.34 added four). It is read past, as msgspec's own
+    decoder does, but the batch names it, and the page shows it."""
+    event = {**ke.event_to_json(stored([1])), "tenant": "a", "priority": 3}
+    batch = ks.decode_payload(msgspec.msgpack.encode([1.0, [event, {"type": "AllBlocksCleared"}]]))
+    assert batch.unread == ["BlockStored.priority", "BlockStored.tenant"]
+    notes = [n for _, ns in ks.sequence_notes([batch]) for n in ns]
+    assert notes == [
+        "read past fields pagedsim does not know: BlockStored.priority, BlockStored.tenant"
+    ]
+    again = ke.read_batches([json.dumps(ke.batch_to_json(batch))])[0]
+    assert again.unread == batch.unread
+
+
+@pytest.mark.parametrize("unread", [5, "x", [1], ["x" * 300], None])
+def test_a_bad_unread_list_is_one_value_error_from_msgpack_and_json(unread):
+    with pytest.raises(ValueError, match="unread must be"):
+        ks.decode_payload(msgspec.msgpack.encode({"ts": 1.0, "events": [], "unread": unread}))
+    with pytest.raises(ValueError, match="line 1: unread must be"):
+        ke.read_batches([json.dumps({"ts": 1.0, "events": [], "unread": unread})])
