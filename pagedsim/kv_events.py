@@ -8,22 +8,30 @@ chains a prompt's extra keys from its root). Our hashes are Python's, not sha256
 
 The JSON shape is msgspec's for a published batch: {"ts", "events", "data_parallel_rank"},
 events tagged by "type"; older releases encoded each struct as an array, tag first, and
-`event_from_json` reads both. `timeline` replays a stream in one pass: each stored block
-gets a slot (a tile; a stream carries no block ids, so the replay invents none).
+`event_from_json` reads both. vLLM 0.34 adds locality, ownership, session_id and
+lookahead_token_ids; they are kept. `timeline` replays a stream in one pass: each stored
+block gets a slot (a tile; a stream carries no block ids, so the replay invents none). A
+block is a `BlockKey` (group, medium, hash): a hybrid model caches each hash once per
+group, and its groups' block sizes differ, so one stream carries several block_size values.
+vLLM 0.34 also caches one key under every block that computed it, with a BlockStored each:
+each is a copy on its own tile, and a BlockRemoved takes one copy away. (A server run with
+kv_cache_report_mode "full" re-sends BlockStored for prefix hits; those show as copies.)
 
-A stream comes from another process, so every field is checked (`FIELD_RULES`), a
-`block_size` that changes mid-stream is refused, and a line nested deeper than MAX_DEPTH
-is refused before json's recursive parser sees it; each is a ValueError naming the line.
+A stream comes from another process, so every field is checked (`FIELD_RULES`), a line
+longer than MAX_LINE or nested deeper than MAX_DEPTH is refused before json's recursive
+parser sees it, and ts must be finite; each is a ValueError naming the line.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import math
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
-from typing import TypeAlias, TypeGuard
+from typing import NamedTuple, TypeAlias, TypeGuard
 
 from . import trace as tr
 from .story import caption
@@ -46,6 +54,10 @@ class BlockStored:
     group_idx: int | None = None  # KV cache group of the blocks (0: the only one)
     kv_cache_spec_kind: str | None = None  # "full_attention" | "sliding_window"
     kv_cache_spec_sliding_window: int | None = None  # the window in tokens (sliding only)
+    locality: str | None = None  # vLLM 0.34: "LOCAL" | "REMOTE" to the publisher
+    ownership: str | None = None  # vLLM 0.34: the offloading tier that sent it
+    session_id: str | None = None  # vLLM 0.34: the request context that stored it
+    lookahead_token_ids: list[list[int]] | None = None  # per block: tokens hashed past it
 
 
 @dataclass
@@ -53,9 +65,20 @@ class BlockRemoved:
     block_hashes: list[BlockHash]  # hashes of blocks whose contents were evicted
     medium: str | None = MEDIUM_GPU  # where the blocks lived
     group_idx: int | None = None  # KV cache group the evicted block belonged to
+    locality: str | None = None  # vLLM 0.34: "LOCAL" | "REMOTE" to the publisher
+    ownership: str | None = None  # vLLM 0.34: the offloading tier that sent it
 
 
-OPTIONAL = ("extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
+OPTIONAL = (  # fields msgspec leaves out when None (defaults; not in the array form)
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+    "locality",
+    "ownership",
+    "session_id",
+    "lookahead_token_ids",
+)
 
 
 @dataclass
@@ -92,6 +115,10 @@ def event_from_json(obj: object) -> KVEvent:
         kind, values = obj[0], obj[1:]
         if kind not in ARRAY_ORDER:
             raise ValueError(f"unknown event type {_brief(kind)}")
+        if len(values) > len(ARRAY_ORDER[kind]):
+            raise ValueError(
+                f"{kind}: {len(values)} values after the tag, at most {len(ARRAY_ORDER[kind])}"
+            )
         obj = {"type": kind, **dict(zip(ARRAY_ORDER[kind], values, strict=False))}
     if (
         not isinstance(obj, dict)
@@ -118,6 +145,7 @@ MAX_BLOCK_SIZE = 1 << 16  # tokens per block (vLLM's largest is 256)
 MAX_GROUP_IDX = (1 << 31) - 1  # KV cache groups (vLLM has a handful)
 MAX_WINDOW = 1 << 40  # a sliding window in tokens
 SPEC_KINDS = ("full_attention", "sliding_window")  # the kinds pagedsim's managers cache
+MAX_TEXT = 256  # characters in a name, a medium, a session id or one extra key
 
 
 Check: TypeAlias = Callable[[object], bool]  # one field's test
@@ -128,7 +156,13 @@ def _is_int(v: object) -> TypeGuard[int]:
 
 
 def _hash_ok(h: object) -> bool:
-    return _is_int(h) or (isinstance(h, str) and 0 < len(h) <= 256)
+    """vLLM's ExternalBlockHash: a u64 int (pagedsim's own: a signed 64-bit one) or bytes,
+    which the msgpack reader turns into hex text."""
+    return (_is_int(h) and -(1 << 63) <= h < 1 << 64) or (isinstance(h, str) and 0 < len(h) <= 256)
+
+
+def _text_ok(v: object) -> bool:
+    return isinstance(v, str) and len(v) <= MAX_TEXT
 
 
 def _int_in(low: int, high: int) -> Check:
@@ -139,20 +173,37 @@ def _optional(test: Check) -> Check:
     return lambda v: v is None or test(v)
 
 
+def _key_ok(key: object, pair: bool = True) -> bool:
+    """One extra key as vLLM 0.34 publishes it untagged: a LoRA name or cache salt (str), a
+    prompt-embeds digest (bytes, read as hex text), an int, or a multimodal item's
+    (identifier, offset) pair (a short array of those)."""
+    if _is_int(key) or _text_ok(key):
+        return True
+    return pair and isinstance(key, list) and len(key) <= 4 and all(_key_ok(x, False) for x in key)
+
+
 def _extra_keys_ok(keys: object) -> bool:
-    """vLLM: one entry per block, each None or a tuple (a JSON array) of str / int keys."""
+    """vLLM: one entry per block, each None or a tuple (a JSON array) of keys (`_key_ok`)."""
     return isinstance(keys, list) and all(
-        k is None or (isinstance(k, list) and all(_is_int(x) or isinstance(x, str) for x in k))
-        for k in keys
+        k is None or (isinstance(k, list) and all(map(_key_ok, k))) for k in keys
+    )
+
+
+def _lookahead_ok(rows: object) -> bool:
+    return isinstance(rows, list) and all(
+        isinstance(r, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in r) for r in rows
     )
 
 
 FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must be)
     "block_hashes": (
         lambda v: isinstance(v, list) and len(v) > 0 and all(map(_hash_ok, v)),
-        "a non-empty list of block hashes (ints or hex strings)",
+        "a non-empty list of block hashes (64-bit ints or hex strings)",
     ),
-    "parent_block_hash": (_optional(_hash_ok), "None or a block hash (an int or a hex string)"),
+    "parent_block_hash": (
+        _optional(_hash_ok),
+        "None or a block hash (a 64-bit int or a hex string)",
+    ),
     "token_ids": (
         lambda v: isinstance(v, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in v),
         f"a list of token ids, ints in [0, {MAX_ID}]",
@@ -166,10 +217,11 @@ FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must b
         _optional(lambda v: isinstance(v, str) and 0 < len(v) <= 64),
         'None or a non-empty str such as "GPU" or "CPU"',
     ),
-    "lora_name": (_optional(lambda v: isinstance(v, str)), "None or a str"),
+    "lora_name": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
     "extra_keys": (
         _optional(_extra_keys_ok),
-        "None or a list with, per block, None or a list of str / int keys",
+        "None or a list with, per block, None or a list of keys (str, int, bytes, or an "
+        "[identifier, offset] pair)",
     ),
     "group_idx": (_optional(_int_in(0, MAX_GROUP_IDX)), f"None or an int in [0, {MAX_GROUP_IDX}]"),
     "kv_cache_spec_kind": (
@@ -179,6 +231,13 @@ FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must b
     "kv_cache_spec_sliding_window": (
         _optional(_int_in(1, MAX_WINDOW)),
         f"None or an int in [1, {MAX_WINDOW}] (tokens)",
+    ),
+    "locality": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
+    "ownership": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
+    "session_id": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
+    "lookahead_token_ids": (
+        _optional(_lookahead_ok),
+        f"None or a list with, per block, a list of token ids in [0, {MAX_ID}]",
     ),
 }
 
@@ -207,9 +266,10 @@ def _check_stored(e: BlockStored) -> None:
     bs, n = e.block_size, len(e.block_hashes)
     if len(e.token_ids) != bs * n:
         raise ValueError(f"BlockStored: {len(e.token_ids)} token ids for {n} blocks of {bs}")
-    keys = e.extra_keys
-    if keys is not None and len(keys) != n:
-        raise ValueError(f"BlockStored: extra_keys has {len(keys)} entries for {n} blocks")
+    for name in ("extra_keys", "lookahead_token_ids"):
+        rows = getattr(e, name)
+        if rows is not None and len(rows) != n:
+            raise ValueError(f"BlockStored: {name} has {len(rows)} entries for {n} blocks")
     window = e.kv_cache_spec_sliding_window
     if window is not None and e.kv_cache_spec_kind != "sliding_window":
         raise ValueError(
@@ -242,6 +302,8 @@ class Batch:
     data_parallel_rank: int | None = None
     topic: str | None = None  # the ZMQ topic
     replayed: bool = False  # came back through the replay socket
+    refused: str | None = None  # why the message at this seq was refused (no events then)
+    unread: list[str] = field(default_factory=list)  # "Type.field" of fields not known here
 
 
 def batch_to_json(batch: Batch) -> dict[str, object]:
@@ -257,31 +319,65 @@ def batch_to_json(batch: Batch) -> dict[str, object]:
         out["topic"] = batch.topic
     if batch.replayed:
         out["replayed"] = True
+    if batch.refused is not None:
+        out["refused"] = batch.refused
+    if batch.unread:
+        out["unread"] = batch.unread
     return out
+
+
+MAX_LINE = 16 << 20  # characters in one JSON line (a 128k-token BlockStored takes ~1 MiB)
 
 
 def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
     """Events from JSON lines (str or UTF-8 bytes), each a KVEventBatch or one event;
-    ValueError naming the line for anything malformed or a changed block_size."""
+    ValueError naming the line for anything malformed."""
     return [e for b in read_batches(lines) for e in b.events]
 
 
 def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
     """`read_stream`, batch by batch: a line holding one bare event is a batch of one."""
     out: list[Batch] = []
-    block_size: int | None = None
+    rank: int | None = None
     for number, raw in enumerate(lines, 1):
         try:
+            if isinstance(raw, (str, bytes, bytearray)) and len(raw) > MAX_LINE:
+                raise ValueError(f"over {MAX_LINE >> 20} MiB in one line")
             line = _text_of(raw).strip().lstrip("\ufeff")
             if not line:
                 continue
             _check_depth(line)
-            batch = batch_of(json.loads(line))
-            block_size = _same_block_size(batch.events, block_size)
+            batch = batch_of(_json(line))
+            rank = same_rank(batch, rank)
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"line {number}: {e}") from None
         out.append(batch)
     return out
+
+
+def same_rank(batch: Batch, rank: int | None) -> int | None:
+    """The stream's data-parallel rank after `batch` (None: not told yet). Each rank of vLLM
+    has its own pool and publisher, so a batch of another rank is a ValueError."""
+    theirs = batch.data_parallel_rank
+    if theirs is None:
+        return rank
+    if rank is not None and theirs != rank:
+        raise ValueError(
+            f"data_parallel_rank {theirs} in a stream of rank {rank} (each rank has its own "
+            "pool: view each rank's stream on its own)"
+        )
+    return theirs
+
+
+def _json(line: str) -> object:
+    """One JSON value; an int too long for Python's reader is named plainly."""
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        if "integer string conversion" in str(e):
+            limit = sys.get_int_max_str_digits()
+            raise ValueError(f"an integer of over {limit:,} digits") from None
+        raise
 
 
 def batch_of(obj: object) -> Batch:
@@ -292,23 +388,43 @@ def batch_of(obj: object) -> Batch:
         batch.data_parallel_rank = obj.get("data_parallel_rank")
         batch.seq, batch.topic = obj.get("seq"), obj.get("topic")
         batch.replayed = obj.get("replayed", False)
+        batch.refused = obj.get("refused")
+        told = obj.get("unread", [])
+        if not isinstance(told, list):
+            raise ValueError(f"unread must be a list of field names, got {_brief(told)}")
+        batch.unread = told + _unread(obj["events"])
     elif (
         isinstance(obj, list)
         and len(obj) >= 2
         and isinstance(obj[1], list)
         and not isinstance(obj[0], str)
     ):  # vLLM's array-like EventBatch: [ts, events, data_parallel_rank]
-        batch = Batch(_events_of(obj[1]), ts=obj[0])
+        if len(obj) > 3:
+            raise ValueError(f"a batch array has 2 or 3 elements, got {len(obj)}")
+        batch = Batch(_events_of(obj[1]), ts=obj[0], unread=_unread(obj[1]))
         batch.data_parallel_rank = obj[2] if len(obj) > 2 else None
     else:
-        return Batch([event_from_json(obj)])
+        return Batch([event_from_json(obj)], unread=_unread([obj]))
     _check_batch(batch)
     return batch
 
 
+def _unread(events: list[object]) -> list[str]:
+    """The fields of tagged events that no event type here has, as "Type.field" (a newer
+    vLLM's; read past, as msgspec's decoder does, but named for the page)."""
+    out = {
+        f"{e['type']}.{k}"
+        for e in events
+        if isinstance(e, dict) and e.get("type") in EVENT_TYPES
+        for k in e
+        if k != "type" and k not in EVENT_TYPES[e["type"]].__dataclass_fields__
+    }
+    return sorted(out)
+
+
 def _check_batch(b: Batch) -> None:
-    if b.ts is not None and (type(b.ts) not in (int, float) or b.ts != b.ts):
-        raise ValueError(f"a batch's ts must be a number, got {_brief(b.ts)}")
+    if b.ts is not None and (type(b.ts) not in (int, float) or not math.isfinite(b.ts)):
+        raise ValueError(f"a batch's ts must be a finite number, got {_brief(b.ts)}")
     if b.data_parallel_rank is not None and not _int_in(0, MAX_GROUP_IDX)(b.data_parallel_rank):
         raise ValueError(
             f"data_parallel_rank must be None or an int >= 0, got {_brief(b.data_parallel_rank)}"
@@ -319,6 +435,10 @@ def _check_batch(b: Batch) -> None:
         raise ValueError(f"topic must be text, got {_brief(b.topic)}")
     if type(b.replayed) is not bool:
         raise ValueError(f"replayed must be true or false, got {_brief(b.replayed)}")
+    if not (isinstance(b.unread, list) and len(b.unread) <= 64 and all(map(_text_ok, b.unread))):
+        raise ValueError("unread must be a list of at most 64 field names")
+    if b.refused is not None and not (_text_ok(b.refused) and not b.events):
+        raise ValueError("refused must be a short text on a batch with no events")
 
 
 def _text_of(line: object) -> str:
@@ -332,19 +452,6 @@ def _text_of(line: object) -> str:
     raise ValueError(f"expected a line of text, got {type(line).__name__}")
 
 
-def _same_block_size(events: Iterable[KVEvent], block_size: int | None) -> int | None:
-    """The stream's block size after `events`; ValueError if one of them changes it."""
-    for e in events:
-        if isinstance(e, BlockStored):
-            if block_size is not None and e.block_size != block_size:
-                raise ValueError(
-                    f"BlockStored: block_size {e.block_size} differs from the "
-                    f"stream's {block_size} (a pool's block size never changes)"
-                )
-            block_size = e.block_size
-    return block_size
-
-
 def _events_of(batch: object) -> list[KVEvent]:
     if not isinstance(batch, list):
         raise ValueError("a batch's events must be a list")
@@ -352,6 +459,23 @@ def _events_of(batch: object) -> list[KVEvent]:
 
 
 # ---- replay: a stream as a timeline, linear in its events (slots: the lowest free tile) ----
+
+
+class BlockKey(NamedTuple):
+    """What names one cached block in a stream. vLLM v1 caches a hash once per KV cache
+    group (a hybrid model stores every prompt block in its full and its window group, and
+    evicts them apart) and once per medium (an offloading tier stores GPU blocks again on
+    the CPU). group None (streams before group_idx) is group 0, the only group."""
+
+    group: int
+    medium: str | None
+    hash: BlockHash
+
+
+def keys_of(event: BlockStored | BlockRemoved) -> list[BlockKey]:
+    """The blocks an event names, in its order."""
+    group = event.group_idx or 0
+    return [BlockKey(group, event.medium, h) for h in event.block_hashes]
 
 
 @dataclass
@@ -375,68 +499,85 @@ class Step:
     text: str
     added: list[int]  # record ids, in the event's order
     removed: list[int]  # record ids
-    unknown: int = 0  # hashes a BlockRemoved named that were not cached (or a re-store)
+    unknown: int = 0  # blocks a BlockRemoved named that were not cached
+    copies: int = 0  # blocks a BlockStored named that were cached already (another copy)
 
 
 @dataclass
 class Timeline:
     steps: list[Step] = field(default_factory=list)  # steps[k - 1] is event k
     records: list[Record] = field(default_factory=list)
-    live: dict[BlockHash, int] = field(default_factory=dict)  # hash -> record id, cached now
+    live: dict[BlockKey, list[int]] = field(default_factory=dict)  # block -> its copies' records
     free: list[int] = field(default_factory=list)  # a heap of slots given back: lowest first
     num_slots: int = 0
-    block_size: int | None = None
+    block_size: int | None = None  # the largest BlockStored's (groups differ in vLLM 0.34)
 
-    def cached_at(self, k: int) -> dict[BlockHash, Record]:
-        """The cached blocks after event k (0 = the start), by hash."""
+    def cached_at(self, k: int) -> dict[BlockKey, Record]:
+        """The cached blocks after event k (0 = the start), by `BlockKey` (of copies, the
+        newest)."""
         return {
-            r.hash: r
+            BlockKey(r.event.group_idx or 0, r.event.medium, r.hash): r
             for r in self.records
             if r.stored <= k and (r.removed is None or r.removed > k)
         }
 
 
 def timeline(events: Iterable[KVEvent]) -> Timeline:
-    """Replay `events` in one pass; ValueError naming the event if block_size changes."""
+    """Replay `events` in one pass. Every block an event names is applied, or counted in
+    its step's `unknown` (a removal of a block not cached)."""
     out = Timeline()
     for k, event in enumerate(events, 1):
-        try:
-            out.block_size = _same_block_size((event,), out.block_size)
-        except ValueError as e:
-            raise ValueError(f"event {k}: {e}") from None
+        if isinstance(event, BlockStored):
+            out.block_size = max(out.block_size or 0, event.block_size)
         out.steps.append(_step(out, event, k))
     return out
 
 
 def _step(t: Timeline, event: KVEvent, k: int) -> Step:
     if isinstance(event, AllBlocksCleared):
-        gone = list(t.live.values())
+        gone = [r for copies in t.live.values() for r in copies]
         for r in gone:
             _drop(t, r, k)
         t.live.clear()
         text = f"AllBlocksCleared: reset_prefix_cache() forgot all {len(gone)} cached blocks"
         return Step(event, text, [], gone)
     if isinstance(event, BlockRemoved):
-        gone = []
-        for h in event.block_hashes:  # a hash named twice is evicted once
-            if h in t.live:
-                r = t.live.pop(h)
-                _drop(t, r, k)
-                gone.append(r)
-        unknown = len(event.block_hashes) - len(gone)
-        text = f"BlockRemoved: {_names(event.block_hashes)} evicted" + (
-            f" ({unknown} not cached here)" if unknown else ""
-        )
-        return Step(event, text, [], gone, unknown)
-    added, parent, bs = [], event.parent_block_hash, event.block_size
-    for i, h in enumerate(event.block_hashes):
-        if h not in t.live:
-            slot = heapq.heappop(t.free) if t.free else t.num_slots
-            t.num_slots = max(t.num_slots, slot + 1)
-            t.live[h] = len(t.records)
-            added.append(len(t.records))
-            tokens = tuple(event.token_ids[i * bs : (i + 1) * bs])
-            t.records.append(Record(h, parent, tokens, slot, k, event))
+        return _removed(t, event, k)
+    return _stored(t, event, k)
+
+
+def _removed(t: Timeline, event: BlockRemoved, k: int) -> Step:
+    """Each named block loses its earliest copy (the stream does not say which); a block
+    not cached is counted in `unknown` (a stream joined mid-run, or a removal repeated)."""
+    gone = []
+    for key in keys_of(event):
+        copies = t.live.get(key)
+        if copies:
+            r = copies.pop(0)
+            if not copies:
+                del t.live[key]
+            _drop(t, r, k)
+            gone.append(r)
+    unknown = len(event.block_hashes) - len(gone)
+    text = f"BlockRemoved: {_names(event.block_hashes)} evicted" + (
+        f" ({unknown} not cached here)" if unknown else ""
+    )
+    return Step(event, text, [], gone, unknown)
+
+
+def _stored(t: Timeline, event: BlockStored, k: int) -> Step:
+    """Each named block gets a tile: a block already cached gets another copy, as vLLM 0.34
+    caches one hash under each block that computed it (and removes them one by one)."""
+    added, parent, bs, copies = [], event.parent_block_hash, event.block_size, 0
+    for i, (key, h) in enumerate(zip(keys_of(event), event.block_hashes, strict=True)):
+        slot = heapq.heappop(t.free) if t.free else t.num_slots
+        t.num_slots = max(t.num_slots, slot + 1)
+        held = t.live.setdefault(key, [])
+        copies += bool(held)
+        held.append(len(t.records))
+        added.append(len(t.records))
+        tokens = tuple(event.token_ids[i * bs : (i + 1) * bs])
+        t.records.append(Record(h, parent, tokens, slot, k, event))
         parent = h
     after = (
         "a prompt's start"
@@ -444,11 +585,10 @@ def _step(t: Timeline, event: KVEvent, k: int) -> Step:
         else f"block {short_hash(event.parent_block_hash)}"
     )
     lora = f", LoRA {event.lora_id}" if event.lora_id is not None else ""
-    again = len(event.block_hashes) - len(added)
     text = f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}" + (
-        f" ({again} already cached)" if again else ""
+        f" ({copies} already cached: another copy)" if copies else ""
     )
-    return Step(event, text, added, [], again)
+    return Step(event, text, added, [], copies=copies)
 
 
 def _drop(t: Timeline, record: int, k: int) -> None:

@@ -9,23 +9,30 @@ A capture (`.kvcap`) keeps the messages byte for byte: the header
 b"pagedsim-kv-capture/1\\n", then per message a u32 frame count and per frame a u32
 length and the bytes (big-endian; a fourth frame b"replay" marks a replayed message).
 msgpack is decoded by msgspec into plain data and checked like JSON; nothing is unpickled
-or evaluated; hashes sent as bytes become hex text.
+or evaluated. The limits come before and after the decoder: a payload over MAX_PAYLOAD
+bytes is refused unread (msgspec checks every length against the bytes left, so a decoded
+payload holds at most one item per byte), nesting deeper than MAX_DEPTH and msgpack ext
+types (vLLM sends none) are refused. Hashes and extra keys sent as bytes (vLLM's
+ExternalBlockHash, a prompt-embeds digest) become hex text.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .kv_events import Batch, batch_of, read_batches
+from .kv_events import Batch, batch_of, read_batches, same_rank
 
 MAGIC = b"pagedsim-kv-capture/1\n"
 REPLAY_MARK = b"replay"
-MAX_FRAME = 64 << 20  # bytes in one frame (vLLM's batches are far smaller)
+MAX_FRAME = 64 << 20  # bytes in one frame of a capture (ZMQ's limit on the subscriber too)
+MAX_PAYLOAD = 16 << 20  # bytes in one msgpack batch (vLLM's are kilobytes)
 MAX_DEPTH = 32  # nesting in one payload (a batch needs 4)
 END_SEQ = -1  # the seq of a replay's end marker
+STREAM_LINE = (b'{"ts"', b'{"events"', b'{"type"', b'["')  # how a stream's line begins
 EXTRA = "events"  # the pyproject extra that brings msgspec and pyzmq
 
 
@@ -45,44 +52,62 @@ def need(module: str) -> Any:
 def decode_payload(payload: bytes) -> Batch:
     """One msgpack KVEventBatch as a checked `Batch`; ValueError if it is not one."""
     msgspec = need("msgspec")
+    if len(payload) > MAX_PAYLOAD:
+        raise ValueError(f"a payload of {len(payload):,} bytes (over {MAX_PAYLOAD >> 20} MiB)")
     try:
         obj = msgspec.msgpack.decode(payload)
     except (msgspec.DecodeError, RecursionError) as e:
         raise ValueError(f"not msgpack ({str(e)[:80]})") from None
-    _check_depth(obj)
-    return batch_of(_hashes_as_text(obj))
+    _check_plain(obj, msgspec.msgpack.Ext)
+    return batch_of(_bytes_as_text(obj))
 
 
-def _check_depth(obj: object, depth: int = 0) -> None:
+def _check_plain(obj: object, ext: type, depth: int = 0) -> None:
+    """Plain data only: nesting at most MAX_DEPTH, text map keys, no ext types."""
     if depth > MAX_DEPTH:
         raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or maps")
     if isinstance(obj, dict):
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise ValueError(f"a map key must be text, got {type(k).__name__}")
-            _check_depth(v, depth + 1)
+            _check_plain(v, ext, depth + 1)
     elif isinstance(obj, list):
         for v in obj:
-            _check_depth(v, depth + 1)
+            _check_plain(v, ext, depth + 1)
+    elif isinstance(obj, ext):
+        raise ValueError(
+            f"msgpack ext type {getattr(obj, 'code', '?')} is not part of vLLM's format"
+        )
+    elif isinstance(obj, datetime):  # msgspec reads ext type -1 as a timestamp
+        raise ValueError("msgpack ext type -1 (a timestamp) is not part of vLLM's format")
 
 
-def _hashes_as_text(obj: object) -> object:
-    """Block hashes sent as msgpack bytes (vLLM's ExternalBlockHash may be bytes), as hex."""
+def _bytes_as_text(obj: object) -> object:
+    """Block hashes sent as msgpack bytes (vLLM's ExternalBlockHash may be bytes) and extra
+    keys sent as bytes (a prompt-embeds digest), as hex text."""
     if isinstance(obj, dict):
         events = obj.get("events", [obj])
     else:
         events = obj[1] if isinstance(obj, list) and len(obj) >= 2 else [obj]
     for e in events if isinstance(events, list) else ():
-        if isinstance(e, dict):
-            if isinstance(e.get("block_hashes"), list):
-                e["block_hashes"] = [_hex(h) for h in e["block_hashes"]]
-            if "parent_block_hash" in e:
-                e["parent_block_hash"] = _hex(e["parent_block_hash"])
+        if not isinstance(e, dict):
+            continue
+        if isinstance(e.get("block_hashes"), list):
+            e["block_hashes"] = [_hex(h) for h in e["block_hashes"]]
+        if "parent_block_hash" in e:
+            e["parent_block_hash"] = _hex(e["parent_block_hash"])
+        if isinstance(e.get("extra_keys"), list):
+            e["extra_keys"] = [_hex(k) for k in e["extra_keys"]]
     return obj
 
 
-def _hex(h: object) -> object:
-    return bytes(h).hex() if isinstance(h, (bytes, bytearray)) else h
+def _hex(value: object) -> object:
+    """bytes as hex text, inside arrays too (extra keys nest two deep)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    if isinstance(value, list):
+        return [_hex(v) for v in value]
+    return value
 
 
 # ---- messages and captures ---------------------------------------------------------------
@@ -152,10 +177,12 @@ def _u32(data: bytes, pos: int, where: str) -> tuple[int, int]:
 
 def batches_of_capture(data: bytes) -> list[Batch]:
     """The batches of a capture (a replay's end marker is kept as an empty batch, seq -1)."""
-    out = []
+    out: list[Batch] = []
+    rank: int | None = None
     for i, (frames, replayed) in enumerate(read_capture(data), 1):
         try:
             batch = batch_of_message(frames, replayed)
+            rank = rank if batch is None else same_rank(batch, rank)
         except ValueError as e:
             raise ValueError(f"message {i}: {e}") from None
         out.append(batch if batch is not None else Batch([], seq=END_SEQ, replayed=True))
@@ -183,8 +210,8 @@ def _one_document(data: bytes) -> bool:
     import json
 
     lines = [line for line in data.splitlines() if line.strip()]
-    if len(lines) < 2:
-        return False
+    if len(lines) < 2 or lines[0].lstrip(b"\xef\xbb\xbf \t").startswith(STREAM_LINE):
+        return False  # a stream's line (a cut one is then refused naming its line)
     try:
         json.loads(lines[0])
     except (ValueError, RecursionError):
@@ -196,11 +223,16 @@ def _one_document(data: bytes) -> bool:
 
 
 def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]]:
-    """Each batch with what its seq says after the ones before: a gap (batches never
-    received), a seq seen again (a replay or a restarted publisher), a replay's end."""
+    """Each batch with what its seq says after the ones before: a message refused, a gap
+    (batches never received), a seq seen again (a replay or a restarted publisher), a
+    replay's end."""
     last: int | None = None
     for b in batches:
         notes = []
+        if b.refused is not None:
+            notes.append(f"seq {b.seq} refused: {b.refused}")
+        if b.unread:
+            notes.append(f"read past fields pagedsim does not know: {', '.join(b.unread)}")
         if b.seq == END_SEQ:
             notes.append("replay ended (seq -1)")
         elif b.seq is not None:
@@ -216,5 +248,5 @@ def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]
                 notes.append(f"seq {b.seq} again after {last} (a replay or a restarted publisher)")
             if b.replayed:
                 notes.append(f"seq {b.seq} came from the replay socket")
-            last = b.seq if last is None else max(last, b.seq)
+            last = b.seq  # after a seq seen again, a new run of the publisher
         yield b, notes

@@ -1,5 +1,5 @@
-"""KV cache events are checked field by field, a stream keeps one block size, parsing has no
-recursion limit, and a huge stream is printed whole, one line per event (only its figures
+"""KV cache events are checked field by field, a stream may change its block size, parsing
+has no recursion limit, and a huge stream is printed whole, one line per event (only its figures
 are summarised)."""
 
 import json
@@ -14,7 +14,7 @@ from pagedsim.story import caption
 
 TOKEN = st.integers(0, ke.MAX_ID)
 HASH = st.one_of(
-    st.integers(-(1 << 64), 1 << 64), st.text("0123456789abcdef", min_size=1, max_size=64)
+    st.integers(-(1 << 63), (1 << 64) - 1), st.text("0123456789abcdef", min_size=1, max_size=64)
 )
 
 
@@ -201,19 +201,15 @@ def test_a_window_on_a_full_attention_block_and_a_short_extra_keys_list_are_refu
 
 
 @given(st.integers(1, 8), st.integers(1, 8), st.data())
-def test_a_block_size_change_mid_stream_is_refused(first, second, data):
+def test_a_stream_may_carry_several_block_sizes_and_is_drawn_at_its_largest(first, second, data):
+    """vLLM 0.34's groups differ in block size (and a partial prefix block is stored at the
+    hash block size), so a change is no longer refused (test_kv_stream_hostile has vLLM's)."""
     a = data.draw(stored_events(first))
     b = data.draw(stored_events(second))
     lines = [json.dumps(ke.event_to_json(e)) for e in (a, ke.AllBlocksCleared(), b)]
-    if first == second:
-        assert len(ke.replay(ke.read_stream(lines))) == 4
-        return
-    with pytest.raises(
-        ValueError, match=f"line 3: .*block_size {second} differs from the stream's {first}"
-    ):
-        ke.read_stream(lines)
-    with pytest.raises(ValueError, match="event 3: "):
-        ke.replay([a, ke.AllBlocksCleared(), b])
+    snaps = ke.replay(ke.read_stream(lines))
+    assert len(snaps) == 4 and snaps[-1].block_size == max(first, second)
+    assert all(0 <= f <= s.block_size for s in snaps for f in s.block_fill)
 
 
 @given(st.integers(1, 8).flatmap(streams))
