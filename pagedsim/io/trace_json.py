@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 from .. import trace as tr
@@ -170,12 +169,36 @@ def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
     return snaps
 
 
-def load_snapshots(path: str | os.PathLike[str]) -> list[tr.Snapshot]:
-    """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
+# a trace file larger is refused before it is read (a 2,000-step trace on 4,096 blocks, the
+# largest the course draws, is far smaller); a page is at most 6x its trace plus the viewer
+MAX_BYTES = 256 << 20
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any:
+    """The JSON document in a trace file, read only up to `max_bytes` (default MAX_BYTES;
+    one byte more is refused). ValueError naming the file and what is wrong: too large, not
+    UTF-8, not JSON (NaN and Infinity are not), or nested too deeply for the parser."""
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise ValueError(f"{path}: larger than {max_bytes:,} bytes, the most a trace may be")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        return json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    return snapshots_from_dict(data)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a trace") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+
+
+def load_snapshots(path: str | os.PathLike[str]) -> list[tr.Snapshot]:
+    """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
+    return snapshots_from_dict(load_json(path))
