@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -307,8 +308,8 @@ def batch_of(obj: object) -> Batch:
 
 
 def _check_batch(b: Batch) -> None:
-    if b.ts is not None and (type(b.ts) not in (int, float) or b.ts != b.ts):
-        raise ValueError(f"a batch's ts must be a number, got {_brief(b.ts)}")
+    if b.ts is not None and (type(b.ts) not in (int, float) or not math.isfinite(b.ts)):
+        raise ValueError(f"a batch's ts must be a number of seconds (finite), got {_brief(b.ts)}")
     if b.data_parallel_rank is not None and not _int_in(0, MAX_GROUP_IDX)(b.data_parallel_rank):
         raise ValueError(
             f"data_parallel_rank must be None or an int >= 0, got {_brief(b.data_parallel_rank)}"

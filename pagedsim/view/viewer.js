@@ -75,7 +75,7 @@
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
     for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
+    if (text !== undefined) e.textContent = plain(text); // any text: see plain() below
     return e;
   }
   // Text from a trace is shown as text: never parsed as HTML, and the characters that would
@@ -915,6 +915,7 @@
     body.classList.add("stream");
     story.append(kvEl);
     D.stream.recs.forEach((r, j) => {
+      if (r.a !== undefined) Object.assign(r, D.stream.attrs[r.a]); // its event's fields, stored once
       (slotRecs[r.slot] = slotRecs[r.slot] || []).push(j);
       if (!byHash.has(r.h)) byHash.set(r.h, []);
       byHash.get(r.h).push(j);
