@@ -257,3 +257,31 @@ def test_a_long_text_keeps_the_pool_on_screen(tab, tmp_path_factory, stream):
     page.hover('#blocks [data-block="0"]', timeout=5_000)
     assert page.evaluate("document.querySelector('#info').hidden") is False
     clean(seen)
+
+
+@pytest.mark.slow
+def test_the_generate_pages_token_text_is_shown_as_text(tab, tmp_path_factory):
+    """The shipped model's tokenizer turns what it does not know into "<unk>": token text
+    with markup in it, on the tiles, in the hover box and in the captions."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, serve
+
+    prompt = "</script><!--\u202e]]>\u2028<script>window.__ran=1</script>\x00 to be"
+    llm, _ = serve(
+        workload=Workload(prompts=[prompt], max_tokens=4),
+        cache=CacheConfig(block_size=4, num_gpu_blocks_override=16),
+    )
+    made = sources.generate(llm.llm_engine, llm.steps)
+    labels = made["options"].labels
+    page, seen = tab
+    seen.clear()
+    load(page, tmp_path_factory, to_html(**made), f"#step={len(labels) - 1}")
+    tiles = page.evaluate("[...document.querySelectorAll('#blocks .txt')].map(e => e.textContent)")
+    assert "<unk>" in "".join(labels[-1]) and "<unk>" in "".join(tiles)
+    assert page.evaluate("document.querySelectorAll('unk, #blocks script').length") == 0
+    page.hover("#caption")
+    assert page.text_content("#info").startswith("engine")
+    page.hover('#blocks [data-block="0"]')
+    assert "<unk>" in page.text_content("#info")
+    assert page.evaluate("window.__ran") is None and page.evaluate("document.scripts.length") == 2
+    clean(seen)
