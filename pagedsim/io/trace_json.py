@@ -78,7 +78,11 @@ def event_from_dict(d: JSONObject) -> tr.Event:
         raise ValueError(f"event {kind!r} lacks field {e.args[0]!r}") from None
 
 
-def _whole(value: object, what: str, low: int = 0, high: int | None = None) -> int:
+# the largest whole number a browser's JSON.parse keeps exact: a page never shows a rounded one
+MAX_SAFE = (1 << 53) - 1
+
+
+def _whole(value: object, what: str, low: int = 0, high: int | None = MAX_SAFE) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what} must be a whole number, got {value!r}"[:200])
     if value < low or (high is not None and value > high):
@@ -107,7 +111,7 @@ def validate(d: object) -> None:
     bs = _whole(d.get("block_size"), f"{where}: block_size", 1, 1 << 16)
     _blocks(d.get("free_list", ()), f"{where}: free_list", n, distinct=True)
     _blocks(d.get("cached_blocks", ()), f"{where}: cached_blocks", n, distinct=True)
-    for name, high in (("ref_counts", None), ("block_fill", bs)):
+    for name, high in (("ref_counts", MAX_SAFE), ("block_fill", bs)):
         values = d.get(name, ())
         if not isinstance(values, (list, tuple)):
             raise ValueError(f"{where}: {name} must be a list, got {values!r}"[:200])

@@ -50,6 +50,12 @@ def with_view(**view) -> dict:
     return data
 
 
+def with_snapshot(k: int, **fields) -> dict:
+    data = tour_json()
+    data["snapshots"][k].update(fields)
+    return data
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -61,6 +67,10 @@ def with_view(**view) -> dict:
         (json.dumps(with_view(story={"host": [[["A", 1], ["A", 1]]]})), "story.host"),
         # json's parser recursed out: "maximum recursion depth exceeded ..." naming no file
         ('{"snapshots":' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+        # a number past 2**53 - 1 would be shown rounded by JSON.parse
+        (json.dumps(with_snapshot(1, step=1 << 53)), "step must be"),
+        (json.dumps(with_snapshot(1, ref_counts=[1 << 53] * 12)), "ref_counts entry must be"),
+        (json.dumps(tour_json()).replace('"A"', "1").replace('"B"', '"1"'), "share a name"),
         # NaN / Infinity are not JSON: refused before any field is looked at
         (json.dumps(tour_json()).replace('"step": 1,', '"step": NaN,', 1), "not JSON"),
         (json.dumps(tour_json()).replace('"step": 1,', '"step": -Infinity,', 1), "not JSON"),
