@@ -65,8 +65,16 @@ Any text is safe: every string from a trace (captions, sequence ids, block text,
 title) travels as JSON with "<", ">", "&", U+2028/U+2029 and lone surrogates written as
 \\uXXXX escapes, so nothing in it can end the data's <script> element, and the page puts it
 on screen as text only (never as HTML), with bidi overrides and other invisible controls
-shown as "<U+202E>". A page's size is the trace's differences plus the viewer (about 40 kB):
-each text is stored once, and escaping at most multiplies a text's length by 6.
+shown as "<U+202E>" (so are other texts from a vLLM stream); a title or a version label,
+however long, keeps one line on screen. The data holds no NaN or Infinity (a page is refused
+rather than left blank), and a host or timeline that names a sequence the trace lacks, a step
+outside it, or more host blocks than the pool has is refused. A saved trace is read only up to
+`trace_json.MAX_BYTES` (256 MiB; larger is refused unread, as are NaN and nesting json's
+parser cannot take), its whole numbers at most 2**53 - 1. A page's size is the trace's
+differences plus the viewer (about 75 kB): each text is stored once (the tab's <title> holds
+at most 200 characters of the title), and escaping at most multiplies a text's length by 6,
+so a page is at most 6 times its saved trace plus the viewer. A stream's page is at most 24
+times its stream plus the viewer (`stream.py`).
 
 Reference: the PagedAttention paper (Kwon et al., SOSP 2023), Fig. 6-8, and vLLM v1's
 `vllm/v1/core/block_pool.py` (the free queue) for what is drawn.
