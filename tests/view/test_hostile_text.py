@@ -94,6 +94,11 @@ def hostile_trace(words: list[str]) -> dict:
         "whys": [words[4]] * count,
         "labels": [[words[5]] * n] * count,
         "hashes": [[words[6]] * n] * count,
+        "story": {  # the hover box's detail, the timeline and the host pane name it too
+            "details": [words[6]] * count,
+            "timeline": [[renamed, 1, [2], -1]],
+            "host": [[[renamed, 2]]] * count,
+        },
     }
     return data
 
@@ -132,6 +137,9 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
         version: document.querySelector('#version').textContent,
         seqs: [...document.querySelectorAll('#tables [data-seq]')].map(e => e.dataset.seq),
         names: [...document.querySelectorAll('#tables .seq')].map(e => e.textContent),
+        timeline: [...document.querySelectorAll('#timeline .tl-name')].map(e => e.textContent),
+        host: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.dataset.hostSeq),
+        hostText: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.textContent),
         scripts: document.scripts.length,
         extra: document.querySelectorAll('img, svg:not(#arrows), iframe, object').length,
     })""")
@@ -143,6 +151,12 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
     want = [s["seq_id"] for s in data["snapshots"][3]["sequences"]]
     assert shown["seqs"] == [js(str(q)) for q in want]
     assert shown["names"] == [plain(str(q)) for q in want]
+    renamed = data["view"]["story"]["timeline"][0][0]
+    assert shown["timeline"] == [plain(renamed)] and shown["host"] == [js(renamed)] * 2
+    assert shown["hostText"] == [plain(renamed) + f":{j}" for j in range(2)]
+    page.hover("#caption")
+    if words[6]:
+        assert page.text_content("#info") == "engine" + plain(words[6])
     page.hover('#blocks [data-block="0"]')
     errors = [m for m in seen if m[0] in ("pageerror", "error", "warning")]
     elsewhere = [m for m in seen if m[0] == "request" and not m[1].startswith(path.as_uri())]
