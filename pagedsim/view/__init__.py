@@ -263,7 +263,7 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     if any(story.get("host") or ()):
         data["host"] = _host(story["host"], data)
     if story.get("timeline"):
-        data["timeline"] = _timeline(story["timeline"], len(snaps))
+        data["timeline"] = _timeline(story["timeline"], data, len(snaps))
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -303,12 +303,18 @@ def _host(rows, data: dict) -> list:
     return out
 
 
-def _timeline(rows, steps: int) -> list:
-    """story["timeline"], checked: every preemption and finish is a step position of the
-    trace (the page names each by that step's number)."""
+def _timeline(rows, data: dict, steps: int) -> list:
+    """story["timeline"], checked: a row per sequence of the trace, at most one each, and
+    every preemption and finish a step position of the trace (the page names each by that
+    step's number, and draws a mark per distinct preemption)."""
     out: list[tuple[str, int, list[int], int]] = [
-        (str(q), int(a), [int(x) for x in pre], int(end)) for q, a, pre, end in rows
+        (str(q), int(a), sorted({int(x) for x in pre}), int(end)) for q, a, pre, end in rows
     ]
+    names = [q for q, _, _, _ in out]
+    if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
+        raise ValueError(
+            f"story.timeline names a sequence twice or one not in the trace: {names}"[:200]
+        )
     for q, _, pre, end in out:
         if not all(0 <= x < steps for x in pre) or not -1 <= end < steps:
             raise ValueError(

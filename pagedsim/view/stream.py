@@ -13,10 +13,10 @@ The page's "stream" object holds every block a BlockStored made findable, once, 
 {"h": full hash as text, "s": short form, "p": parent's full hash, "tok": token ids, "slot",
 "from": step, "to": step it left, "a": its event's fields}, each left out when None; "attrs"
 holds each distinct set of those event fields once ({"lora", "lora_name", "medium", "group",
-"kind"}), so a page is at most a constant times its stream (nothing an event says once is
-written once a block: a page is at most 24 times its stream plus the viewer, about 19 at
-worst, one event of many one-token blocks with small hashes, then a clear); the hover box finds a slot's block at the shown step from it and
-walks the parent chain. A stream has no reference counts, owners or free queue, so the
+"kind"}): nothing an event says once is written once a block, so a page is at most 24 times
+its stream plus the viewer (about 19 at worst: one event of many one-token blocks with
+small hashes, then a clear). The hover box finds a slot's block at the shown step from it
+and walks the parent chain. A stream has no reference counts, owners or free queue, so the
 page shows none (no badge counts anything): the badge on a tile is the block's short
 hash.
 

@@ -61,6 +61,9 @@ def with_snapshot(k: int, **fields) -> dict:
     [
         # the page looked up STEPS[-1].n for a preemption at -1: a page error, no timeline
         (json.dumps(with_view(story={"timeline": [["A", 0, [-1], -1]]})), "story.timeline"),
+        # a timeline row or mark is an element each: only the trace's sequences, once each
+        (json.dumps(with_view(story={"timeline": [["X", 0, [], -1]]})), "story.timeline"),
+        (json.dumps(with_view(story={"timeline": [["A", 0, [], -1]] * 2})), "story.timeline"),
         # a host count is a tile each: 11 kB of trace made a million elements (46 s to load)
         (json.dumps(with_view(story={"host": [[["A", 1_000_000]]]})), "story.host"),
         (json.dumps(with_view(story={"host": [[["nobody", 1]]]})), "story.host"),
