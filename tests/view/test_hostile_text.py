@@ -60,7 +60,10 @@ text_piece = (
 texts = st.lists(text_piece, max_size=6).map("".join)
 
 # viewer.js's plain(): the controls that act on the text around them, shown as "<U+XXXX>"
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ufeff\ufff9-\ufffb]"
+)
 
 
 def js(text: str) -> str:
@@ -298,4 +301,18 @@ def test_the_generate_pages_token_text_is_shown_as_text(tab, tmp_path_factory):
     page.hover('#blocks [data-block="0"]')
     assert "<unk>" in page.text_content("#info")
     assert page.evaluate("window.__ran") is None and page.evaluate("document.scripts.length") == 2
+    clean(seen)
+
+
+def test_invisible_characters_are_named(tab, tmp_path_factory):
+    """Zero-width and invisible format characters made two names look the same ("A" and
+    "A" + U+2060): they are shown by code point, as the bidi controls are."""
+    page, seen = tab
+    seen.clear()
+    hidden = "\u200b\u2060\u2061\u2062\u2063\u2064\ufeff\u180e\ufff9\ufffa\ufffb"
+    data = hostile_trace(["A" + hidden, "", "T" + hidden] + [""] * 4)
+    load(page, tmp_path_factory, to_html(**saved(data)), "#step=3")
+    shown = "".join(f"<U+{ord(c):04X}>" for c in hidden)
+    assert page.text_content("#title") == "T" + shown
+    assert page.text_content("#tables .seq").startswith("A" + shown)
     clean(seen)
