@@ -316,3 +316,46 @@ def test_invisible_characters_are_named(tab, tmp_path_factory):
     assert page.text_content("#title") == "T" + shown
     assert page.text_content("#tables .seq").startswith("A" + shown)
     clean(seen)
+
+
+JS_NAMES = {"A": "__proto__", "B": "constructor", "B2": "toString", "C": "hasOwnProperty", "D": "0"}
+
+
+def test_sequences_named_like_javascripts_own_keys_are_ordinary(tab, tmp_path_factory):
+    """The page looks sequences up by index and in Maps, and the kernel's view looks up each
+    one's longest length by name: "__proto__", "constructor" and "toString" are names like
+    any other there (an object lookup would find Object.prototype's)."""
+    from dataclasses import replace
+
+    from pagedsim.view.kernel_view import kernel_story
+
+    data = to_dict(tour_manager().trace)
+    for snap in data["snapshots"]:
+        for s in snap["sequences"]:
+            s["seq_id"] = JS_NAMES[s["seq_id"]]
+        for e in snap["events"]:
+            for key in ("seq_id", "parent", "child"):
+                if key in e:
+                    e[key] = JS_NAMES[e[key]]
+    made = saved(data)
+    story = {"kernel": kernel_story(made["trace_or_snapshots"])}
+    made["options"] = replace(made["options"], story=story)
+    longest = story["kernel"]["max_tokens"]
+    page, seen = tab
+    seen.clear()
+    last = len(data["snapshots"]) - 1
+    load(page, tmp_path_factory, to_html(**made), f"#step={last}")
+    live = [s["seq_id"] for s in data["snapshots"][last]["sequences"]]
+    assert (
+        page.evaluate(
+            "[...document.querySelectorAll('#tables [data-seq]')].map(e => e.dataset.seq)"
+        )
+        == live
+    )
+    reserved = 0
+    for q in live:
+        reserved += longest[q]
+        page.click(f'#tables [data-seq="{q}"] .seq')
+        assert page.get_attribute("#kernel", "data-seq") == q
+    assert f" {reserved} token slots reserved" in page.text_content("#kernel")
+    clean(seen)
