@@ -73,9 +73,28 @@ def event_from_dict(d: JSONObject) -> tr.Event:
         raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(KINDS))}")
     cls = KINDS[kind]
     try:
-        return cls(**{f.name: _tuples(d[f.name]) for f in fields(cls)})
+        values = {f.name: d[f.name] for f in fields(cls)}
     except KeyError as e:
         raise ValueError(f"event {kind!r} lacks field {e.args[0]!r}") from None
+    for f in fields(cls):
+        _field(f"event {kind!r}: {f.name}", str(f.type), values[f.name])
+    return cls(**{name: _tuples(v) for name, v in values.items()})
+
+
+def _field(what: str, kind: str, value: object) -> None:
+    """An event field of the type `trace.py` declares (its annotation, as text): a whole
+    number, a list of them, text, or a sequence id (text or a whole number)."""
+    if kind == "int":
+        _whole(value, what, -1)  # -1: a position before the first (none here is lower)
+    elif kind == "tuple[int, ...]":
+        if not isinstance(value, (list, tuple)):  # JSON arrays, or to_dict() tuples
+            raise ValueError(f"{what} must be a list of whole numbers, got {value!r}"[:200])
+        for v in value:
+            _whole(v, f"{what} entry", -1)
+    elif kind == "str" and not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {value!r}"[:200])
+    elif kind == "object" and (isinstance(value, bool) or not isinstance(value, (str, int))):
+        raise ValueError(f"{what} must be a sequence id (text or a whole number)"[:200])
 
 
 # the largest whole number a browser's JSON.parse keeps exact: a page never shows a rounded one
@@ -163,7 +182,7 @@ def snapshot_from_dict(d: JSONObject) -> tr.Snapshot:
 
 
 def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
-    if not isinstance(d, dict) or not d.get("snapshots"):
+    if not isinstance(d, dict) or not isinstance(d.get("snapshots"), list) or not d["snapshots"]:
         raise ValueError(
             "not a pagedsim trace: expected an object with a non-empty 'snapshots' list"
         )

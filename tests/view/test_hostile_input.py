@@ -56,6 +56,12 @@ def with_snapshot(k: int, **fields) -> dict:
     return data
 
 
+def with_event(k: int, j: int, **fields) -> dict:
+    data = tour_json()
+    data["snapshots"][k]["events"][j].update(fields)
+    return data
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -74,6 +80,11 @@ def with_snapshot(k: int, **fields) -> dict:
         (json.dumps(with_snapshot(1, step=1 << 53)), "step must be"),
         (json.dumps(with_snapshot(1, ref_counts=[1 << 53] * 12)), "ref_counts entry must be"),
         (json.dumps(tour_json()).replace('"A"', "1").replace('"B"', '"1"'), "share a name"),
+        # an event's fields were used untyped: "can only concatenate str (not "int") to str"
+        (json.dumps(with_event(1, 0, seq_id={"a": 1})), "must be a sequence id"),
+        (json.dumps(with_event(1, 0, num_tokens=None)), "num_tokens must be a whole number"),
+        (json.dumps(with_event(6, 0, first_position=[1])), "must be a whole number"),
+        (json.dumps({"snapshots": 1.5}), "not a pagedsim trace"),
         # NaN / Infinity are not JSON: refused before any field is looked at
         (json.dumps(tour_json()).replace('"step": 1,', '"step": NaN,', 1), "not JSON"),
         (json.dumps(tour_json()).replace('"step": 1,', '"step": -Infinity,', 1), "not JSON"),
@@ -100,6 +111,46 @@ def test_play_trace_html_writes_the_page(tmp_path, capsys):
     path.write_text(json.dumps(tour_json()), encoding="utf-8")
     assert cli.main(["play", "--trace", str(path), "--html", str(tmp_path / "p.html")]) == 0
     assert "pagedsim play --trace t.json" in (tmp_path / "p.html").read_text(encoding="utf-8")
+
+
+def places(value, at=()):
+    """Every place in a JSON value, as a path of keys and indexes."""
+    yield at
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, inner in items:
+        yield from places(inner, (*at, key))
+
+
+TOUR = tour_json()
+PLACES = [p for p in places(TOUR) if p[:1] == ("snapshots",)]
+ODD = [None, True, -1, 0, 1, 1 << 53, 1.5, "x", "<!--", "\ud800", [], [1], [[1]], {}, {"a": 1}]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PLACES), st.sampled_from(ODD)), min_size=1, max_size=3))
+def test_any_change_to_a_saved_trace_gives_a_page_or_one_value_error(changes):
+    """A field of the wrong type anywhere in a saved trace is a ValueError naming it (the
+    CLI prints it as one line), never a TypeError from deep inside a caption."""
+    data = json.loads(json.dumps(TOUR))
+    for path, value in changes:
+        inner = data
+        try:  # an earlier change may have replaced what the path goes through
+            for key in path[:-1]:
+                inner = inner[key]
+            if isinstance(inner, dict) or (isinstance(inner, list) and path[-1] < len(inner)):
+                inner[path[-1]] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    try:
+        to_html(**saved(data))
+    except ValueError:
+        pass
 
 
 @pytest.mark.parametrize(
