@@ -103,6 +103,12 @@ def test_a_trace_over_the_bound_is_refused_unread(tmp_path, capsys, monkeypatch)
     refused(tmp_path, capsys, ["play", "--trace", str(path)], "larger than")
     monkeypatch.setattr(trace_json, "MAX_BYTES", path.stat().st_size)
     assert cli.main(["view", str(path), "--html", str(tmp_path / "ok.html")]) == 0
+    capsys.readouterr()
+    stream = tmp_path / "s.jsonl"  # a vLLM stream: the same bound, read by kv_stream
+    stream.write_text(json.dumps({"events": [stored(1)]}) + "\n", encoding="utf-8")
+    monkeypatch.setattr(trace_json, "MAX_BYTES", stream.stat().st_size - 1)
+    refused(tmp_path, capsys, ["view", str(stream)], "larger than")
+    refused(tmp_path, capsys, ["play", "--events", str(stream)], "larger than")
 
 
 def test_play_trace_html_writes_the_page(tmp_path, capsys):
