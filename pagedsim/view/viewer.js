@@ -74,7 +74,7 @@
   // ---- the page ------------------------------------------------------------------------
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
-    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
+    for (const k in attrs || {}) e.setAttribute(k, k === "title" ? plain(attrs[k]) : attrs[k]); // a tooltip is text
     if (text !== undefined) e.textContent = plain(text); // any text: see plain() below
     return e;
   }

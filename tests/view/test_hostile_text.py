@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from pagedsim import kv_events as ke
@@ -121,6 +121,7 @@ def tab(browser):
 @pytest.mark.slow
 @settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(st.lists(texts, min_size=7, max_size=7))
+@example(["\u202e<!--", "</script>\u2028", "\ud800", "\u2060", "\x00", "]]>", "\u202e"])
 def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_factory, words):
     page, seen = tab
     seen.clear()
@@ -141,6 +142,7 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
         seqs: [...document.querySelectorAll('#tables [data-seq]')].map(e => e.dataset.seq),
         names: [...document.querySelectorAll('#tables .seq')].map(e => e.textContent),
         timeline: [...document.querySelectorAll('#timeline .tl-name')].map(e => e.textContent),
+        tips: [...document.querySelectorAll('.tl-run, .tl-pre')].map(e => e.title),
         host: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.dataset.hostSeq),
         hostText: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.textContent),
         scripts: document.scripts.length,
@@ -156,6 +158,7 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
     assert shown["names"] == [plain(str(q)) for q in want]
     renamed = data["view"]["story"]["timeline"][0][0]
     assert shown["timeline"] == [plain(renamed)] and shown["host"] == [js(renamed)] * 2
+    assert shown["tips"] == [plain(renamed) + ": running", plain(renamed) + " preempted @ 2"]
     assert shown["hostText"] == [plain(renamed) + f":{j}" for j in range(2)]
     page.hover("#caption")
     if words[6]:
