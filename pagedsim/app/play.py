@@ -292,9 +292,7 @@ def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
         session, width=width, lang=lang, look=args.style, pool=not (args.script and args.html)
     )
     if args.script:
-        if not args.script.is_file():
-            p.error(f"no such script: {printable(args.script)}")
-        play.loop(args.script.read_text(encoding="utf-8-sig").splitlines(), echo=True)
+        play.loop(_script(args.script, p), echo=True)
     else:
         live = sys.stdin.isatty()
         if live:
@@ -311,11 +309,32 @@ def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
     return 1 if args.script and play.mistakes else 0
 
 
+MAX_SCRIPT_BYTES = 1 << 20  # a scenario is a few dozen lines; a larger file is refused unread
+
+
+def _script(path: Path, p: ArgParser) -> list[str]:
+    """A scenario's lines, read only up to MAX_SCRIPT_BYTES; a file that is missing, larger
+    or not UTF-8 is a one-line usage error."""
+    if not path.is_file():
+        p.error(f"no such script: {printable(path)}")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_SCRIPT_BYTES + 1)
+    if len(raw) > MAX_SCRIPT_BYTES:
+        p.error(
+            f"{printable(path)}: larger than {MAX_SCRIPT_BYTES:,} bytes, the most a script may be"
+        )
+    try:
+        return raw.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as e:
+        p.error(f"{printable(path)}: not UTF-8 text (byte {e.start})")
+
+
 def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int, lang: str) -> int:
-    from ..io.trace_json import load_snapshots
+    from ..io.trace_json import load_json, snapshots_from_dict
 
     try:
-        snaps = load_snapshots(args.trace)
+        data = load_json(args.trace)
+        snaps = snapshots_from_dict(data)
     except (OSError, ValueError) as e:
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
@@ -328,11 +347,7 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
     if args.draw:
         _write(snaps, args, lang)
     _pages(
-        args,
-        lambda: dict(
-            sources.saved(json.loads(args.trace.read_text(encoding="utf-8-sig")), lang),
-            title=f"pagedsim play --trace {args.trace.name}",
-        ),
+        args, lambda: sources.saved(data, lang, title=f"pagedsim play --trace {args.trace.name}")
     )
     return 0
 
@@ -347,13 +362,14 @@ SHOWN_BLOCKS = 64  # slots of one snapshot drawn
 def _draw_events(
     args: argparse.Namespace, p: argparse.ArgumentParser, width: int, lang: str
 ) -> int:
+    from ..io.trace_json import MAX_BYTES
     from ..kv_events import replay, shown_frames, summarised
     from ..kv_stream import read_any
     from ..view import command, page_html
     from ..view import stream as stream_page
 
     try:
-        batches = read_any(args.events, command.MAX_BYTES)
+        batches = read_any(args.events, MAX_BYTES)
         if batches is None:
             raise ValueError("a JSON trace, not an event stream (use --trace)")
         data = stream_page.page_data(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, fields
-from pathlib import Path
 from typing import Any
 
 from .. import trace as tr
@@ -74,12 +73,35 @@ def event_from_dict(d: JSONObject) -> tr.Event:
         raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(KINDS))}")
     cls = KINDS[kind]
     try:
-        return cls(**{f.name: _tuples(d[f.name]) for f in fields(cls)})
+        values = {f.name: d[f.name] for f in fields(cls)}
     except KeyError as e:
         raise ValueError(f"event {kind!r} lacks field {e.args[0]!r}") from None
+    for f in fields(cls):
+        _field(f"event {kind!r}: {f.name}", str(f.type), values[f.name])
+    return cls(**{name: _tuples(v) for name, v in values.items()})
 
 
-def _whole(value: object, what: str, low: int = 0, high: int | None = None) -> int:
+def _field(what: str, kind: str, value: object) -> None:
+    """An event field of the type `trace.py` declares (its annotation, as text): a whole
+    number, a list of them, text, or a sequence id (text or a whole number)."""
+    if kind == "int":
+        _whole(value, what, -1)  # -1: a position before the first (none here is lower)
+    elif kind == "tuple[int, ...]":
+        if not isinstance(value, (list, tuple)):  # JSON arrays, or to_dict() tuples
+            raise ValueError(f"{what} must be a list of whole numbers, got {value!r}"[:200])
+        for v in value:
+            _whole(v, f"{what} entry", -1)
+    elif kind == "str" and not isinstance(value, str):
+        raise ValueError(f"{what} must be text, got {value!r}"[:200])
+    elif kind == "object" and (isinstance(value, bool) or not isinstance(value, (str, int))):
+        raise ValueError(f"{what} must be a sequence id (text or a whole number)"[:200])
+
+
+# the largest whole number a browser's JSON.parse keeps exact: a page never shows a rounded one
+MAX_SAFE = (1 << 53) - 1
+
+
+def _whole(value: object, what: str, low: int = 0, high: int | None = MAX_SAFE) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what} must be a whole number, got {value!r}"[:200])
     if value < low or (high is not None and value > high):
@@ -108,7 +130,7 @@ def validate(d: object) -> None:
     bs = _whole(d.get("block_size"), f"{where}: block_size", 1, 1 << 16)
     _blocks(d.get("free_list", ()), f"{where}: free_list", n, distinct=True)
     _blocks(d.get("cached_blocks", ()), f"{where}: cached_blocks", n, distinct=True)
-    for name, high in (("ref_counts", None), ("block_fill", bs)):
+    for name, high in (("ref_counts", MAX_SAFE), ("block_fill", bs)):
         values = d.get(name, ())
         if not isinstance(values, (list, tuple)):
             raise ValueError(f"{where}: {name} must be a list, got {values!r}"[:200])
@@ -160,7 +182,7 @@ def snapshot_from_dict(d: JSONObject) -> tr.Snapshot:
 
 
 def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
-    if not isinstance(d, dict) or not d.get("snapshots"):
+    if not isinstance(d, dict) or not isinstance(d.get("snapshots"), list) or not d["snapshots"]:
         raise ValueError(
             "not a pagedsim trace: expected an object with a non-empty 'snapshots' list"
         )
@@ -170,12 +192,36 @@ def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
     return snaps
 
 
-def load_snapshots(path: str | os.PathLike[str]) -> list[tr.Snapshot]:
-    """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
+# a trace file larger is refused before it is read (a 2,000-step trace on 4,096 blocks, the
+# largest the course draws, is far smaller); a page is at most 6x its trace plus the viewer
+MAX_BYTES = 256 << 20
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any:
+    """The JSON document in a trace file, read only up to `max_bytes` (default MAX_BYTES;
+    one byte more is refused). ValueError naming the file and what is wrong: too large, not
+    UTF-8, not JSON (NaN and Infinity are not), or nested too deeply for the parser."""
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise ValueError(f"{path}: larger than {max_bytes:,} bytes, the most a trace may be")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        return json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
-    return snapshots_from_dict(data)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deeply to be a trace") from None
+    except ValueError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+
+
+def load_snapshots(path: str | os.PathLike[str]) -> list[tr.Snapshot]:
+    """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
+    return snapshots_from_dict(load_json(path))

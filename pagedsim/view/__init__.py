@@ -65,8 +65,16 @@ Any text is safe: every string from a trace (captions, sequence ids, block text,
 title) travels as JSON with "<", ">", "&", U+2028/U+2029 and lone surrogates written as
 \\uXXXX escapes, so nothing in it can end the data's <script> element, and the page puts it
 on screen as text only (never as HTML), with bidi overrides and other invisible controls
-shown as "<U+202E>". A page's size is the trace's differences plus the viewer (about 40 kB):
-each text is stored once, and escaping at most multiplies a text's length by 6.
+shown as "<U+202E>" (so are other texts from a vLLM stream); a title or a version label,
+however long, keeps one line on screen. The data holds no NaN or Infinity (a page is refused
+rather than left blank), and a host or timeline that names a sequence the trace lacks, a step
+outside it, or more host blocks than the pool has is refused. A saved trace is read only up to
+`trace_json.MAX_BYTES` (256 MiB; larger is refused unread, as are NaN and nesting json's
+parser cannot take), its whole numbers at most 2**53 - 1. A page's size is the trace's
+differences plus the viewer (about 75 kB): each text is stored once (the tab's <title> holds
+at most 200 characters of the title), and escaping at most multiplies a text's length by 6,
+so a page is at most 6 times its saved trace plus the viewer. A stream's page is at most 24
+times its stream plus the viewer (`stream.py`).
 
 Reference: the PagedAttention paper (Kwon et al., SOSP 2023), Fig. 6-8, and vLLM v1's
 `vllm/v1/core/block_pool.py` (the free queue) for what is drawn.
@@ -253,12 +261,9 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
             "maxTokens": {str(q): int(n) for q, n in k["max_tokens"].items()},
         }
     if any(story.get("host") or ()):
-        data["host"] = [[[str(q), int(n)] for q, n in row] for row in story["host"]]
+        data["host"] = _host(story["host"], data)
     if story.get("timeline"):
-        data["timeline"] = [
-            [str(q), int(a), [int(x) for x in pre], int(end)]
-            for q, a, pre, end in story["timeline"]
-        ]
+        data["timeline"] = _timeline(story["timeline"], data, len(snaps))
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -278,6 +283,47 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     return data
 
 
+def _host(rows, data: dict) -> list:
+    """story["host"], checked: each step's swapped-out sequences are the trace's own, each
+    named once, with at most the pool's block count (the page draws a tile per host block,
+    so a number is never allowed to make more of them than the pool has)."""
+    out = []
+    for row in rows:
+        row = [[str(q), int(n)] for q, n in row]
+        names = [q for q, _ in row]
+        if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
+            raise ValueError(
+                f"story.host names a sequence twice or one not in the trace: {names}"[:200]
+            )
+        if not all(0 <= n <= data["nb"] for _, n in row):
+            raise ValueError(
+                f"story.host: a sequence holds 0..{data['nb']} blocks, got {row}"[:200]
+            )
+        out.append(row)
+    return out
+
+
+def _timeline(rows, data: dict, steps: int) -> list:
+    """story["timeline"], checked: a row per sequence of the trace, at most one each, and
+    every preemption and finish a step position of the trace (the page names each by that
+    step's number, and draws a mark per distinct preemption)."""
+    out: list[tuple[str, int, list[int], int]] = [
+        (str(q), int(a), sorted({int(x) for x in pre}), int(end)) for q, a, pre, end in rows
+    ]
+    names = [q for q, _, _, _ in out]
+    if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
+        raise ValueError(
+            f"story.timeline names a sequence twice or one not in the trace: {names}"[:200]
+        )
+    for q, _, pre, end in out:
+        if not all(0 <= x < steps for x in pre) or not -1 <= end < steps:
+            raise ValueError(
+                f"story.timeline: {q[:40]!r} is preempted or finishes outside the trace's "
+                f"{steps} steps"
+            )
+    return [list(row) for row in out]
+
+
 def _asset(name: str) -> str:
     return files(__package__).joinpath(name).read_text(encoding="utf-8")
 
@@ -291,8 +337,14 @@ _UNSAFE_IN_SCRIPT = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
 def _script_json(data: dict) -> str:
     """JSON that is safe inside <script>: nothing in it can end or re-mode the element, and
     every string reads back from JSON.parse exactly as it was (any text, any code point)."""
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # JSON.parse would refuse the page's data: no page rather than a blank one
+        raise ValueError("the page's data holds NaN or Infinity, which JSON cannot carry") from None
     return _UNSAFE_IN_SCRIPT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+TAB_TITLE = 200  # characters of the title in the browser's tab
 
 
 def _no_surrogates(text: str) -> str:
@@ -320,7 +372,8 @@ def page_html(data: dict) -> str:
         # the page may run its own inline script and style and nothing else: no request leaves
         + '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
-        f"<title>{html.escape(_no_surrogates(title))}</title>\n"
+        # the tab's title: the page shows the whole title (#title), so a long one is stored once
+        f"<title>{html.escape(_no_surrogates(title[:TAB_TITLE]))}</title>\n"
         f"<style>\n{css_root()}{_asset('viewer.css')}</style>\n</head>\n<body>\n"
         f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
         f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n"

@@ -27,8 +27,6 @@ from ..text.lang import LANGS, detect
 from . import page_html, sources, write_html
 from . import stream as stream_page
 
-MAX_BYTES = 256 << 20  # a 2,000-step trace on 4,096 blocks is far smaller
-
 
 def _parser():
     from ..io.args import ArgParser, int_in
@@ -81,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give FILE and --html PAGE (or --zmq URL)")
     if not args.trace.is_file():
         p.error(f"no such trace: {args.trace}")
+    from ..io.trace_json import MAX_BYTES, load_json
     from ..kv_stream import read_any
 
     try:
@@ -96,11 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {_write(args.html, page_html(data))}", file=sys.stderr)
         return 0
     try:
-        data = json.loads(args.trace.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as e:
-        p.error(f"{args.trace}: not JSON ({e.msg} at line {e.lineno})")
-    except UnicodeDecodeError as e:
-        p.error(f"{args.trace}: not UTF-8 text (byte {e.start})")
+        data = load_json(args.trace)
+    except (OSError, ValueError) as e:
+        p.error(str(e))
     page = sources.saved(data, lang, title=title)
     if args.kernel:
         from .kernel_view import kernel_story

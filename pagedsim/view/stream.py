@@ -9,11 +9,14 @@ events) and writes each step as the difference it made, in `diffs.py`'s step for
     kv       the event itself: {"t": type, "seq", "ts", "rank", "notes": [...], "lora",
              "medium", "group", "hashes": [short, ...], "parent": short or None}
 
-The page's "stream" object holds every block a BlockStored made findable, once: {"h":
-full hash as text, "s": short form, "p": parent's full hash, "tok": token ids, "slot",
-"from": step, "to": step it left, "lora", "lora_name", "medium", "group", "kind"}, each
-left out when None; the hover box finds a slot's block at the shown step from it and
-walks the parent chain. A stream has no reference counts, owners or free queue, so the
+The page's "stream" object holds every block a BlockStored made findable, once, in "recs":
+{"h": full hash as text, "s": short form, "p": parent's full hash, "tok": token ids, "slot",
+"from": step, "to": step it left, "a": its event's fields}, each left out when None; "attrs"
+holds each distinct set of those event fields once ({"lora", "lora_name", "medium", "group",
+"kind"}): nothing an event says once is written once a block, so a page is at most 24 times
+its stream plus the viewer (about 19 at worst: one event of many one-token blocks with
+small hashes, then a clear). The hover box finds a slot's block at the shown step from it
+and walks the parent chain. A stream has no reference counts, owners or free queue, so the
 page shows none (no badge counts anything): the badge on a tile is the block's short
 hash.
 
@@ -48,10 +51,21 @@ def _flatten(batches) -> tuple[list, list]:
     return events, where
 
 
-def _record(r: ke.Record) -> dict:
+def _record(r: ke.Record, attrs: dict) -> dict:
     """One stored block for the hover box; fields that are None are left out (the page
-    reads a missing one as null), which keeps a 60,000-block page small."""
+    reads a missing one as null), which keeps a 60,000-block page small. What the block's
+    event says of all its blocks (LoRA, medium, group, kind) is in the stream's "attrs",
+    each distinct set once; "a" is its index (so a long lora_name on an event of many
+    blocks is stored once, not once a block)."""
     e = r.event
+    shared = {
+        "lora": e.lora_id,
+        "lora_name": e.lora_name,
+        "medium": e.medium,
+        "group": e.group_idx,
+        "kind": e.kv_cache_spec_kind,
+    }
+    shared = {k: v for k, v in shared.items() if v is not None}
     out = {
         "h": str(r.hash),
         "s": ke.short_hash(r.hash),
@@ -60,12 +74,9 @@ def _record(r: ke.Record) -> dict:
         "slot": r.slot,
         "from": r.stored,
         "to": r.removed,
-        "lora": e.lora_id,
-        "lora_name": e.lora_name,
-        "medium": e.medium,
-        "group": e.group_idx,
-        "kind": e.kv_cache_spec_kind,
     }
+    if shared:
+        out["a"] = attrs.setdefault(tuple(shared.items()), len(attrs))
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -144,6 +155,7 @@ def page_data(
         raise ValueError(f"every must be >= 1, got {every}")
     events, where = _flatten(batches)
     t = ke.timeline(events)
+    attrs: dict = {}  # each distinct set of a record's event fields -> its index
     version = VERSION + (f" · every {every}th of {len(events):,} events shown" if every > 1 else "")
     return {
         "nb": max(t.num_slots, 1),
@@ -164,6 +176,7 @@ def page_data(
             "events": len(events),
             "every": every,
             "live": live,
-            "recs": [_record(r) for r in t.records],
+            "recs": [_record(r, attrs) for r in t.records],
+            "attrs": [dict(a) for a in attrs],
         },
     }

@@ -74,14 +74,15 @@
   // ---- the page ------------------------------------------------------------------------
   function el(tag, attrs, text) {
     const e = document.createElement(tag);
-    for (const k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
+    for (const k in attrs || {}) e.setAttribute(k, k === "title" ? plain(attrs[k]) : attrs[k]); // a tooltip is text
+    if (text !== undefined) e.textContent = plain(text); // any text: see plain() below
     return e;
   }
   // Text from a trace is shown as text: never parsed as HTML, and the characters that would
-  // act on the text around them (bidi overrides and isolates, other invisible controls) are
-  // shown as their code point, e.g. "<U+202E>", so a caption cannot reorder or hide what follows.
-  const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  // act on the text around them or hide (bidi overrides and isolates, zero-width and other
+  // invisible format characters, C0/C1 controls) are shown as their code point, e.g. "<U+202E>",
+  // so a caption cannot reorder or hide what follows, nor two names look alike.
+  const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u180e\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb]/g;
   function plain(t) {
     return String(t).replace(CONTROL, (c) => "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
   }
@@ -915,6 +916,7 @@
     body.classList.add("stream");
     story.append(kvEl);
     D.stream.recs.forEach((r, j) => {
+      if (r.a !== undefined) Object.assign(r, D.stream.attrs[r.a]); // its event's fields, stored once
       (slotRecs[r.slot] = slotRecs[r.slot] || []).push(j);
       if (!byHash.has(r.h)) byHash.set(r.h, []);
       byHash.get(r.h).push(j);
