@@ -191,7 +191,7 @@ def test_a_stream_whose_ts_is_infinite_is_one_line_and_no_page(tmp_path, capsys,
     page was blank."""
     line = json.dumps({"ts": 0.0, "events": [stored(1)]}).replace("0.0", ts, 1)
     (tmp_path / "s.jsonl").write_text(line + "\n", encoding="utf-8")
-    refused(tmp_path, capsys, ["view", str(tmp_path / "s.jsonl")], "ts must be a number")
+    refused(tmp_path, capsys, ["view", str(tmp_path / "s.jsonl")], "ts must be a finite number")
 
 
 def test_a_page_never_holds_nan_or_infinity():
