@@ -190,7 +190,7 @@ def test_any_text_in_a_vllm_stream_is_shown_as_text(tab, tmp_path_factory, words
     (#kv once showed them raw: a U+202E in a lora_name reversed the rest of the panel.)"""
     page, seen = tab
     seen.clear()
-    medium = (words[1] or "m")[:64]
+    medium, lora_name = (words[1] or "m")[:64], words[0][: ke.MAX_TEXT]  # longer: refused
     hashes = list(dict.fromkeys(h[:256] for h in hashes if h)) or ["h"]
     line = {
         "ts": 1.5,
@@ -203,7 +203,7 @@ def test_any_text_in_a_vllm_stream_is_shown_as_text(tab, tmp_path_factory, words
                 "block_size": 1,
                 "lora_id": 1,
                 "medium": medium,
-                "lora_name": words[0],
+                "lora_name": lora_name,
             }
         ],
     }
@@ -212,12 +212,12 @@ def test_any_text_in_a_vllm_stream_is_shown_as_text(tab, tmp_path_factory, words
         page, tmp_path_factory, page_html(stream_page.page_data(batches, title=words[2])), "#step=1"
     )
     kv = page.text_content("#kv")
-    assert f"lora_name {plain(words[0])}" in kv and f"medium {plain(medium)}" in kv
+    assert f"lora_name {plain(lora_name)}" in kv and f"medium {plain(medium)}" in kv
     assert page.text_content("#title") == plain(words[2])
     assert page.evaluate("window.__ran") is None and page.evaluate("document.scripts.length") == 2
     page.hover('#blocks [data-block="0"]')
     info = page.text_content("#info")
-    assert plain(hashes[0]) in info and plain(words[0]) in info and plain(medium) in info
+    assert plain(hashes[0]) in info and plain(lora_name) in info and plain(medium) in info
     clean(seen)
 
 
