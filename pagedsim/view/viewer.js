@@ -450,8 +450,10 @@
   // three times the rows one sees, after a jump most of them new, and it draws a row that
   // scrolls in only frames after it is in sight. The rows in sight are told by an observer;
   // after a step change the rows at the places that were in sight (and two more each side)
-  // are rendered in the same frame, and a row that comes into sight later (a scroll, a
-  // shorter row above) is rendered when the observer tells. A row that leaves the window
+  // are rendered in the same frame, and so is every row the observer last saw in sight
+  // wherever it now is (the observer reports changes only: a row that was in sight and still
+  // is would never be reported again, and stayed blank), and a row that comes into sight
+  // later (a scroll, a shorter row above) is rendered when the observer tells. A row that leaves the window
   // stays rendered until the order next changes (then every row is placed again): turning it
   // off at once would cost a second frame per jump for rows that no change touches.
   // Until the observer has seen a row, the browser skips.
@@ -476,7 +478,7 @@
     for (const box of groupEls) for (const e of box.children) if (e.row) next.push(e.row);
     next.forEach((r, k) => {
       if (!r.watched) { r.watched = true; rowWatch.observe(r.el); }
-      mark(r, lo < 0 ? "" : k < lo - 2 || k > hi + 2 ? "far" : "near");
+      mark(r, lo < 0 ? "" : r.seen || (k >= lo - 2 && k <= hi + 2) ? "near" : "far");
     });
     shownRows = next;
   }
