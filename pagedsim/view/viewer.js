@@ -150,14 +150,14 @@
   // elements to restyle and lay out when a jump changes every tile in the window).
   const BIG = NB > 256, ROW = BIG ? 32 : NB;
   const TEXTS = '<span class="bar"><i></i></span><span class="txt"></span>';
-  const blockEls = [];
+  const blockEls = [], bidEls = [], badgeEls = []; // a tile, its id and its badge
   for (let r = 0; r < NB; r += ROW) {
     const row = el("div", { class: "row" });
     row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
       e.innerHTML = '<span class="bid">' + b + '</span><span class="badge"></span>' + (BIG ? "" : TEXTS);
-      blockEls.push(e); row.append(e);
+      blockEls.push(e); bidEls.push(e.firstChild); badgeEls.push(e.children[1]); row.append(e);
     }
     blocksEl.append(row);
   }
@@ -250,7 +250,7 @@
   function drawLook(b) {
     stale[b] = 0;
     const ref = shRef[b], fill = shFill[b], flags = shFlags[b], owner = shOwner[b];
-    const label = shLabel[b], hash = shHash[b] ? "#" + plain(shHash[b]) : "", e = blockEls[b];
+    const e = blockEls[b];
     const cls = classOf(ref, flags, owner);
     if (shClass[b] !== cls) { shClass[b] = cls; e.className = cls; }
     const bg = owner === -2 ? background(shWho[b]) : "";
@@ -258,14 +258,17 @@
     // the badge: a stream's hash on a cached tile, else the ref count of a used tile (a big
     // pool's only above 1); empty, it is not drawn
     const badge = D.stream ? (flags & 1 ? shHash[b] : "") : ref > (BIG ? 1 : 0) ? String(ref) : "";
-    if (shBadge[b] !== badge) { shBadge[b] = badge; e.children[1].textContent = badge; }
-    const [bid, , bar, txt] = e.children, kids = (ref > 1 ? 1 : 0) | (ref === 0 ? 2 : 0);
+    if (shBadge[b] !== badge) { shBadge[b] = badge; badgeEls[b].textContent = badge; }
+    const kids = (ref > 1 ? 1 : 0) | (ref === 0 ? 2 : 0);
+    if (shKids[b] === kids && !texts) return;
+    const bar = texts ? badgeEls[b].nextSibling : null, txt = texts ? bar.nextSibling : null;
     if (shKids[b] !== kids) {
       shKids[b] = kids;
-      if (!BIG) bid.className = kids & 1 ? "bid chip" : "bid"; // a big pool's ids are always on one
+      if (!BIG) bidEls[b].className = kids & 1 ? "bid chip" : "bid"; // a big pool's ids are always on one
       if (texts) { bar.className = kids & 2 ? "bar off" : "bar"; txt.className = kids & 1 ? "txt chip" : "txt"; }
     }
     if (!texts) return;
+    const label = shLabel[b], hash = shHash[b] ? "#" + plain(shHash[b]) : "";
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
     setText(txt, spaces(plain(label)) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
@@ -437,7 +440,8 @@
     }
     if (d.e) { // the cells that show a block the step changed
       for (const q of s.order) {
-        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) light(c);
+        const blocks = s.tables.get(q).blocks, cells = rows.get(q).cells;
+        for (let j = 0; j < blocks.length; j++) if (blocks[j] >= 0 && touchedAt[blocks[j]] === cur) light(cells[j]);
       }
     }
   }
@@ -447,8 +451,13 @@
   // three times the rows one sees, after a jump most of them new, and it draws a row that
   // scrolls in only frames after it is in sight. The rows in sight are told by an observer;
   // after a step change the rows at the places that were in sight (and two more each side)
-  // are rendered in the same frame, and the observer corrects the rest a frame later (a row
-  // scrolled into sight is drawn then). Until the observer has seen a row, the browser skips.
+  // are rendered in the same frame, and so is every row the observer last saw in sight
+  // wherever it now is (the observer reports changes only: a row that was in sight and still
+  // is would never be reported again, and stayed blank), and a row that comes into sight
+  // later (a scroll, a shorter row above) is rendered when the observer tells. A row that leaves the window
+  // stays rendered until the order next changes (then every row is placed again): turning it
+  // off at once would cost a second frame per jump for rows that no change touches.
+  // Until the observer has seen a row, the browser skips.
   let shownRows = [];
   function mark(r, look) { // "near", "far", or "" (the browser's content-visibility: auto)
     if (r.look === look) return;
@@ -460,7 +469,7 @@
     for (const ev of seen) {
       const r = ev.target.row;
       r.seen = ev.isIntersecting;
-      mark(r, r.seen ? "near" : "far");
+      if (r.seen) mark(r, "near");
     }
   }, { rootMargin: "120px 0px", scrollMargin: "120px 0px" }) : null;
   function farRows(s) {
@@ -470,7 +479,7 @@
     for (const box of groupEls) for (const e of box.children) if (e.row) next.push(e.row);
     next.forEach((r, k) => {
       if (!r.watched) { r.watched = true; rowWatch.observe(r.el); }
-      mark(r, lo < 0 ? "" : k < lo - 2 || k > hi + 2 ? "far" : "near");
+      mark(r, lo < 0 ? "" : r.seen || (k >= lo - 2 && k <= hi + 2) ? "near" : "far");
     });
     shownRows = next;
   }
@@ -555,10 +564,11 @@
       arrows.append(label);
     }
   }
+  let marksShown = "";
   function drawMarks(d) {
-    const x = d.x || [];
-    marks.innerHTML = (x.includes("oob") ? '<span class="mark oob">' + esc(UI.OutOfBlocks) + "</span>" : "") +
+    const x = d.x || [], html = (x.includes("oob") ? '<span class="mark oob">' + esc(UI.OutOfBlocks) + "</span>" : "") +
       (x.includes("pre") ? '<span class="mark pre">' + esc(UI.preempted) + "</span>" : "");
+    if (html !== marksShown) { marksShown = html; marks.innerHTML = html; }
     story.classList.toggle("failed", x.includes("oob"));
   }
 
