@@ -85,7 +85,7 @@ class Channel:
         self._methods: dict[tuple[int, str], Method] = {}  # (id(capability), name): served once
         self._aliases: dict[int, tuple[int, Any]] = {}  # of the reply being encoded
         self._args: tuple[Any, ...] = ()  # of the reply being decoded
-        self._encoder = Encoder(self._alias, self._handle)
+        self._encoder = Encoder(self._alias, self._handle, plain=trusting)
         self._decoder: Decoder = Decoder(
             theirs=self._theirs,
             ours=self._ours,
