@@ -8,6 +8,8 @@ the data it holds, so it passes as it does in-process."""
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from course import curriculum, runner
 from course.isolation import Submission
@@ -112,6 +114,30 @@ def test_ordering_and_membership_of_a_submissions_object_are_decided_in_the_chec
         with pytest.raises(TypeError):
             compare()
     assert 2 in liar and 7 not in liar  # the items it yields, compared here
+
+
+@pytest.fixture(scope="module")
+def liar(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("liar")
+    (folder / "liars.py").write_text(LIARS)
+    with Submission(folder / "liars.py", "3.1", scratch=folder / "scratch") as sub:
+        yield sub.module().liar()
+
+
+DATA = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner, inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(value=DATA)
+def test_whatever_the_checker_compares_it_with_the_liar_equals_nothing_but_itself(liar, value):
+    assert (liar == value, value == liar, liar != value, value != liar) == (False,) * 2 + (
+        True,
+    ) * 2
+    assert (liar == liar, liar != liar) == (True, False)
 
 
 def test_an_honest_subclass_of_a_data_type_crosses_as_its_data(tmp_path):
