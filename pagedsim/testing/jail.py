@@ -36,6 +36,7 @@ from . import walk
 
 # Linux constants: prctl options, mount(2) and unshare(2) flags
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, LAST_CAP = 36, 38, 24, 63
+PR_SET_PDEATHSIG = 1
 CLONE_NEWNS, MS_PRIVATE, MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 0x20000, 1 << 18, 1, 8, 32
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
@@ -48,6 +49,21 @@ def become_subreaper() -> bool:
         )
     except (OSError, AttributeError):
         return False
+
+
+def dies_with_parent() -> Callable[[], None]:
+    """A preexec_fn step (run it last: a change of uid clears it) that has the kernel SIGKILL the
+    child when the process that started it ends, by SIGTERM or SIGKILL included, so that a
+    checker stopped from outside leaves no submission looping or sleeping behind."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: nothing is loaded after the fork
+
+    def run() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it ended before the line above
+            os._exit(1)
+
+    return run
 
 
 def _pids(newest_first: bool = False) -> list[int]:
