@@ -391,7 +391,22 @@ def become(
     return run
 
 
-PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
+# What a confined view keeps of the root folder, as bubblewrap's does (sandbox_argv): every other
+# folder of / (/home, /root, /opt, /srv, a source checkout with its .git, another clone's
+# solutions) is an empty tmpfs there, but for the paths the process needs below it.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/sys", "/dev")
+
+
+def _blanked(reach: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """[(a folder of / outside SYSTEM, or /dev/shm; the paths of `reach` below it)]."""
+    folders = [e.path for e in os.scandir("/") if e.is_dir(follow_symlinks=False)]
+    if os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
+        folders.append("/dev/shm")
+    return [
+        (f, tuple(k for k in reach if k.startswith(f + "/")))
+        for f in sorted(folders)
+        if f not in SYSTEM and not any(f == k or f.startswith(k + "/") for k in reach)
+    ]
 
 
 # What a confined process that stays root keeps of root's powers (a submission's bubblewrap when
@@ -409,20 +424,18 @@ def confined(
     hide: Iterable[str | Path] = (),
     account: Account | None = None,
 ) -> Callable[[], None]:
-    """A preexec_fn (as root, in the child): a mount namespace of its own in which /tmp,
-    /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no other job's, no
-    student's), this Python is reachable, each path of `hide` (the reference solutions on
-    disk) is an empty folder or file, and every file system is read-only but `writable`
-    (its scratch); then the process becomes `account` (`switch`), or, with none, stays uid 0
-    with root's capabilities cut to ROOT_CAPS."""
+    """A preexec_fn (as root, in the child): a mount namespace of its own in which every folder
+    of / but the system's (SYSTEM; /tmp, /var/tmp, /home, a source checkout included) and
+    /dev/shm is empty but for `keep` (the job's own folder: no other job's, no student's) and
+    this Python, each path of `hide` (the reference solutions on disk) is an empty folder or
+    file, and every file system is read-only but `writable` (its scratch); then the process
+    becomes `account` (`switch`), or, with none, stays uid 0 with root's capabilities cut to
+    ROOT_CAPS."""
     keep = [str(Path(k).resolve()) for k in keep]
-    covers = closed_folders(runtime_paths(*keep))
-    # this Python stays reachable when its environment sits in /tmp too (a venv made there)
+    # this Python stays reachable wherever it sits (a venv in /tmp, a pyenv under a 0700 /root)
     reach = sorted({str(Path(p).resolve()) for p in (*keep, *runtime_paths())})
     reach = [p for p in reach if not any(p.startswith(q + "/") for q in reach)]
-    for folder in PRIVATE:
-        if os.path.isdir(folder) and not os.path.islink(folder):
-            covers.append((folder, tuple(k for k in reach if k.startswith(folder + "/"))))
+    covers = _blanked(reach)
     hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
     scratch = str(Path(writable).resolve())
     libc = ctypes.CDLL(None, use_errno=True)

@@ -201,3 +201,41 @@ def test_limits_are_applied_in_the_child_and_name_what_ended_it():
     assert limits.why(0) is None and limits.why(-signal.SIGKILL) is None
     assert jail.memory_reason(limits) == "memory limit 1 GiB"
     assert jail.Limits.from_json('{"memory": 5, "cpu": 6}') == jail.Limits(memory=5, cpu=6)
+
+
+READS_THE_CHECKOUT = """
+class FirstFit:
+    def __init__(self, capacity):
+        self.capacity, self.holes = capacity, [(0, capacity)]
+
+    def allocate(self, size):
+        seen = []
+        for p in PATHS:
+            try:
+                with open(p, "rb") as f:
+                    seen.append(f"{p}: READ {f.read(20)!r}")
+            except OSError as e:
+                seen.append(f"{p}: {type(e).__name__}")
+        raise ValueError(" | ".join(seen))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own per job needs root")
+def test_with_a_uid_of_its_own_and_no_bubblewrap_the_child_sees_no_source_checkout(tmp_path):
+    """The grader's own checkout (its .git holds every solution, its course/ the mutants) and
+    any other folder outside the system's are empty in the child's view, as under bubblewrap.
+    Before the fix the child read /work/main's solutions and .git in this mode."""
+    from course import grade
+    from course.curriculum import REPO_ROOT
+    from course.grade_job import Mode
+
+    paths = [REPO_ROOT / "pyproject.toml", REPO_ROOT / ".git", REPO_ROOT / "README.md"]
+    student = tmp_path / "class" / "mallory"
+    student.mkdir(parents=True)
+    text = f"PATHS = {[str(p) for p in paths]!r}\n" + READS_THE_CHECKOUT
+    (student / "ex3_1_first_fit.py").write_text(text)
+    mode = Mode(sandbox=False, own_uid=True)
+    rows = grade.grade(tmp_path / "class", ["3.1"], mode=mode, workers=1, timeout=120)
+    said = " ".join(rows[0].messages)
+    assert rows[0].verified and all(str(p) in said for p in paths), rows[0]
+    assert ": READ b" not in said, said
