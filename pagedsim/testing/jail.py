@@ -38,6 +38,7 @@ from . import walk
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, LAST_CAP = 36, 38, 24, 63
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS, MS_PRIVATE, MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 0x20000, 1 << 18, 1, 8, 32
+CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 
@@ -428,7 +429,8 @@ def confined(
     of / but the system's (SYSTEM; /tmp, /var/tmp, /home, a source checkout included) and
     /dev/shm is empty but for `keep` (the job's own folder: no other job's, no student's) and
     this Python, each path of `hide` (the reference solutions on disk) is an empty folder or
-    file, and every file system is read-only but `writable` (its scratch); then the process
+    file, every file system is read-only but `writable` (its scratch), and there is no network
+    (a namespace of its own with nothing in it); then the process
     becomes `account` (`switch`), or, with none, stays uid 0 with root's capabilities cut to
     ROOT_CAPS."""
     keep = [str(Path(k).resolve()) for k in keep]
@@ -442,6 +444,9 @@ def confined(
     b"".decode("unicode_escape")  # its codec imported now: no import between fork and exec
 
     def run() -> None:
+        # no network either, as under bubblewrap: no other job's abstract or localhost socket,
+        # no host service, no cloud metadata endpoint (pipes and socketpairs still work)
+        _ok(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         _private_view(libc, covers, hides)
         _mount(libc, scratch.encode(), scratch.encode(), None, MS_BIND)  # a mount of its own
         _read_only_but(libc, scratch)

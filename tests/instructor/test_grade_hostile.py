@@ -239,3 +239,52 @@ def test_with_a_uid_of_its_own_and_no_bubblewrap_the_child_sees_no_source_checko
     said = " ".join(rows[0].messages)
     assert rows[0].verified and all(str(p) in said for p in paths), rows[0]
     assert ": READ b" not in said, said
+
+
+REACHES_OUT = """
+import socket
+
+
+class FirstFit:
+    def __init__(self, capacity):
+        self.capacity, self.holes = capacity, [(0, capacity)]
+
+    def allocate(self, size):
+        seen = []
+        for family, address in ((socket.AF_INET, ("127.0.0.1", PORT)), (socket.AF_UNIX, NAME)):
+            try:
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    s.settimeout(2)
+                    s.connect(address)
+                    seen.append(f"{address}: CONNECTED")
+            except OSError as e:
+                seen.append(f"{address}: {type(e).__name__}")
+        raise ValueError(" | ".join(seen))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own per job needs root")
+def test_with_a_uid_of_its_own_and_no_bubblewrap_the_child_has_no_network(tmp_path):
+    """A service on the grader's machine (here a localhost port and an abstract unix socket the
+    test listens on; elsewhere another job's socket, a database, a cloud metadata endpoint) is
+    out of the child's reach, as under bubblewrap. Before the fix both connections succeeded."""
+    import socket
+
+    from course import grade
+    from course.grade_job import Mode
+
+    name = f"\0pagedsim-test-{os.getpid()}"
+    with socket.socket() as tcp, socket.socket(socket.AF_UNIX) as unix:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        unix.bind(name)
+        unix.listen()
+        student = tmp_path / "class" / "mallory"
+        student.mkdir(parents=True)
+        text = f"PORT, NAME = {tcp.getsockname()[1]}, {name!r}\n" + REACHES_OUT
+        (student / "ex3_1_first_fit.py").write_text(text)
+        mode = Mode(sandbox=False, own_uid=True)
+        rows = grade.grade(tmp_path / "class", ["3.1"], mode=mode, workers=1, timeout=120)
+    said = " ".join(rows[0].messages)
+    assert rows[0].verified and said.count("127.0.0.1") >= 1, rows[0]
+    assert "CONNECTED" not in said, said
