@@ -167,9 +167,14 @@ def gradescope_results(rows) -> dict:
     return {"score": round(sum(t["score"] for t in tests), 4), "tests": tests}
 
 
+NAME_BYTES = 200  # of a results.json folder's name: room for a -N suffix under NAME_MAX (255)
+
+
 def _safe_name(name: str) -> str:
-    """A student's folder name as one path component here (no separators, no dot-dot)."""
-    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip(".")
+    """A student's folder name as one path component here (no separators, no dot-dot), at most
+    NAME_BYTES long in UTF-8 (a 255-byte folder name and a suffix would not fit)."""
+    clean = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    clean = clean.encode()[:NAME_BYTES].decode(errors="ignore").strip(".")
     return clean or "_"
 
 

@@ -103,8 +103,11 @@ class Submission:
             prepare = jail.become(self.uid, reach=reach, limits=self.limits, cwd=spec.work)
         else:
             prepare = lambda: self.limits.apply(False)  # noqa: E731
+        orphaned = jail.dies_with_parent()  # a checker killed from outside takes its child along
         try:
-            self.proc = spec.popen(theirs.fileno(), prepare, own_uid=self.uid is not None)
+            self.proc = spec.popen(
+                theirs.fileno(), lambda: (prepare(), orphaned()), own_uid=self.uid is not None
+            )
         finally:
             theirs.close()
         return ours

@@ -35,6 +35,7 @@ from . import check_fixtures, i18n
 from . import impl as impl_module
 from .checks_digest import verify_checks
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
+from .grade_report import printable
 from .guard import keep_first, solutions_hidden
 from .impl import (
     DEFAULT_SECONDS,
@@ -118,10 +119,12 @@ def fold(failures) -> list[tuple[str, list[str]]]:
 
 
 def print_report(outcome, *, verbose: bool, hint: bool) -> None:
-    """`pagedsim check`'s text report: failures folded, four shown unless `verbose`."""
+    """`pagedsim check`'s text report: failures folded, four shown unless `verbose`. What the
+    file under test said (a message, a name) is printed through `printable`, so an escape
+    sequence in it cannot move the cursor over the verdict line."""
     ex, n = outcome.exercise, dict(passed=outcome.passed, total=outcome.total)
     if outcome.error:
-        print(f"ERROR {ex.id}: {outcome.error}")
+        print(f"ERROR {ex.id}: {printable(outcome.error)}")
     elif outcome.ok:
         title = ex.title_in(i18n.lang())
         print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=title, **n))
@@ -129,7 +132,7 @@ def print_report(outcome, *, verbose: bool, hint: bool) -> None:
         status = outcome.status.upper()
         print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=status, id=ex.id, **n))
     for reason in outcome.skipped:
-        print(f"SKIP {ex.id}: {reason}")
+        print(f"SKIP {ex.id}: {printable(reason)}")
     groups = fold(outcome.failures)
     for i, (message, checks) in enumerate(groups):
         if not verbose and i == 4:
@@ -138,6 +141,7 @@ def print_report(outcome, *, verbose: bool, hint: bool) -> None:
             break
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
         head, _, tail = message.partition("\n")
+        head, tail = printable(head), "\n".join(map(printable, tail.split("\n")))
         print(
             f"FAIL {ex.id}: {head}{many}"
             + (f"\n{tail}" if tail else "")

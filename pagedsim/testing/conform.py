@@ -159,6 +159,7 @@ class Target:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=jail.dies_with_parent(),  # `conform` stopped from outside takes it along
         )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self.kill)

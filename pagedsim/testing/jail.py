@@ -36,7 +36,9 @@ from . import walk
 
 # Linux constants: prctl options, mount(2) and unshare(2) flags
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP, LAST_CAP = 36, 38, 24, 63
+PR_SET_PDEATHSIG = 1
 CLONE_NEWNS, MS_PRIVATE, MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 0x20000, 1 << 18, 1, 8, 32
+CLONE_NEWNET = 0x40000000
 MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 
@@ -48,6 +50,21 @@ def become_subreaper() -> bool:
         )
     except (OSError, AttributeError):
         return False
+
+
+def dies_with_parent() -> Callable[[], None]:
+    """A preexec_fn step (run it last: a change of uid clears it) that has the kernel SIGKILL the
+    child when the process that started it ends, by SIGTERM or SIGKILL included, so that a
+    checker stopped from outside leaves no submission looping or sleeping behind."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: nothing is loaded after the fork
+
+    def run() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it ended before the line above
+            os._exit(1)
+
+    return run
 
 
 def _pids(newest_first: bool = False) -> list[int]:
@@ -375,7 +392,22 @@ def become(
     return run
 
 
-PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
+# What a confined view keeps of the root folder, as bubblewrap's does (sandbox_argv): every other
+# folder of / (/home, /root, /opt, /srv, a source checkout with its .git, another clone's
+# solutions) is an empty tmpfs there, but for the paths the process needs below it.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/sys", "/dev")
+
+
+def _blanked(reach: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """[(a folder of / outside SYSTEM, or /dev/shm; the paths of `reach` below it)]."""
+    folders = [e.path for e in os.scandir("/") if e.is_dir(follow_symlinks=False)]
+    if os.path.isdir("/dev/shm") and not os.path.islink("/dev/shm"):
+        folders.append("/dev/shm")
+    return [
+        (f, tuple(k for k in reach if k.startswith(f + "/")))
+        for f in sorted(folders)
+        if f not in SYSTEM and not any(f == k or f.startswith(k + "/") for k in reach)
+    ]
 
 
 # What a confined process that stays root keeps of root's powers (a submission's bubblewrap when
@@ -393,26 +425,28 @@ def confined(
     hide: Iterable[str | Path] = (),
     account: Account | None = None,
 ) -> Callable[[], None]:
-    """A preexec_fn (as root, in the child): a mount namespace of its own in which /tmp,
-    /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no other job's, no
-    student's), this Python is reachable, each path of `hide` (the reference solutions on
-    disk) is an empty folder or file, and every file system is read-only but `writable`
-    (its scratch); then the process becomes `account` (`switch`), or, with none, stays uid 0
-    with root's capabilities cut to ROOT_CAPS."""
+    """A preexec_fn (as root, in the child): a mount namespace of its own in which every folder
+    of / but the system's (SYSTEM; /tmp, /var/tmp, /home, a source checkout included) and
+    /dev/shm is empty but for `keep` (the job's own folder: no other job's, no student's) and
+    this Python, each path of `hide` (the reference solutions on disk) is an empty folder or
+    file, every file system is read-only but `writable` (its scratch), and there is no network
+    (a namespace of its own with nothing in it); then the process
+    becomes `account` (`switch`), or, with none, stays uid 0 with root's capabilities cut to
+    ROOT_CAPS."""
     keep = [str(Path(k).resolve()) for k in keep]
-    covers = closed_folders(runtime_paths(*keep))
-    # this Python stays reachable when its environment sits in /tmp too (a venv made there)
+    # this Python stays reachable wherever it sits (a venv in /tmp, a pyenv under a 0700 /root)
     reach = sorted({str(Path(p).resolve()) for p in (*keep, *runtime_paths())})
     reach = [p for p in reach if not any(p.startswith(q + "/") for q in reach)]
-    for folder in PRIVATE:
-        if os.path.isdir(folder) and not os.path.islink(folder):
-            covers.append((folder, tuple(k for k in reach if k.startswith(folder + "/"))))
+    covers = _blanked(reach)
     hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
     scratch = str(Path(writable).resolve())
     libc = ctypes.CDLL(None, use_errno=True)
     b"".decode("unicode_escape")  # its codec imported now: no import between fork and exec
 
     def run() -> None:
+        # no network either, as under bubblewrap: no other job's abstract or localhost socket,
+        # no host service, no cloud metadata endpoint (pipes and socketpairs still work)
+        _ok(libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         _private_view(libc, covers, hides)
         _mount(libc, scratch.encode(), scratch.encode(), None, MS_BIND)  # a mount of its own
         _read_only_but(libc, scratch)

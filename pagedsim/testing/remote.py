@@ -23,7 +23,9 @@ message over the limit (64 MiB by default) is refused before it is read, and any
 malformed ends the conversation (`Channel.refused` says why). The grader hands the child
 only data and capabilities (remote_caps.py): each request is checked against the
 capability's registered surface before any attribute is looked up, and each answer passes
-the same gate, so no frame, generator, function, class or module ever crosses. Neither
+the same gate, so no frame, generator, function, class or module ever crosses. The checker
+judges the answers itself: a proxy of the child's object equals only itself and has no order
+(remote_proxy.JUDGED), and the child sends a subclass of a data type as its data. Neither
 side ever unpickles.
 
 Here: the channel and the child's `serve` loop; the proxies are in remote_proxy.py.
@@ -85,7 +87,7 @@ class Channel:
         self._methods: dict[tuple[int, str], Method] = {}  # (id(capability), name): served once
         self._aliases: dict[int, tuple[int, Any]] = {}  # of the reply being encoded
         self._args: tuple[Any, ...] = ()  # of the reply being decoded
-        self._encoder = Encoder(self._alias, self._handle)
+        self._encoder = Encoder(self._alias, self._handle, plain=trusting)
         self._decoder: Decoder = Decoder(
             theirs=self._theirs,
             ours=self._ours,

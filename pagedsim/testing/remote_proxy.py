@@ -98,8 +98,25 @@ class Remote:
         return log
 
 
+# What the checker never asks the submission: whether its object equals, orders against or
+# holds the checker's own value. A proxy on the checker's side (an untrusting channel) compares
+# by identity and orders not at all, so `got == 5` is False for any object of the submission's
+# (an int subclass whose __eq__ says True included: the child sends an honest subclass of a
+# data type as that data, remote.py), and `x in obj` compares each item the object yields here.
+JUDGED: dict[str, Callable[..., Any]] = {
+    "__eq__": lambda self, other: True if other is self else NotImplemented,
+    "__ne__": lambda self, other: False if other is self else NotImplemented,
+    **dict.fromkeys(("__lt__", "__le__", "__gt__", "__ge__"), lambda self, other: NotImplemented),
+    "__contains__": lambda self, x: any(v is x or v == x for v in self),
+}
+
+
 def _special(name: str) -> Callable[..., Any]:
+    judged = JUDGED.get(name)
+
     def method(self: Remote, *args: Any) -> Any:
+        if judged is not None and not object.__getattribute__(self, "_ch").trusting:
+            return judged(self, *args)
         return self._ask("special", name, args)
 
     method.__name__ = name

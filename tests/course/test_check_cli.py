@@ -175,3 +175,17 @@ def test_a_missing_file_is_one_error_line_with_no_hint(tmp_path, capsys):
     assert cli.check_main(["3.1", "--impl", str(tmp_path / "nope.py")]) != 0
     out = capsys.readouterr().out
     assert "no such file" in out and "nope.py" in out and "hint" not in out, out
+
+
+def test_escape_sequences_in_the_files_messages_cannot_overwrite_the_verdict_line(tmp_path, capsys):
+    """An exception text that moves the cursor up, erases the FAIL line and writes a PASS line
+    over it is printed as visible escapes (an instructor runs `check --impl` on a student's
+    file)."""
+    fake = "\\x1b[1A\\x1b[2K\\x1b[GPASS 3.1  first fit (8/8 checks)\\x1b[8m"
+    stub = EX.path("stub").read_text()
+    mine = tmp_path / "ex3_1_first_fit.py"
+    raising = stub.replace('raise NotImplementedError("allocate")', f'raise OSError("{fake}")')
+    mine.write_text(raising)
+    assert cli.check_main(["3.1", "--impl", str(mine)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and out.startswith("FAIL 3.1") and "\\x1b[1A" in out

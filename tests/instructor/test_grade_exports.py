@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from course import curriculum, grade, grade_report
+from course.grade_job import Result
 
 NAME = "ex3_1_first_fit.py"
 MODE = grade.Mode(sandbox=False, own_uid=False)
@@ -104,3 +105,14 @@ def test_a_cut_row_of_the_table_says_so_and_how_many_checks_failed():
     assert len(row) == 160 and row.endswith("\u2026"), row
     short = grade_report.table([Result("ann", "3.1", "fail", failed=["test_one"])])
     assert short.splitlines()[-1] == "ann 3.1 fail: 1 failed: test_one"
+
+
+def test_two_folders_of_255_bytes_that_clean_alike_both_get_a_results_json(tmp_path):
+    """Before the fix the second one's name took a -2 past the 255 bytes a file name may have,
+    and writing every student's results.json ended on `File name too long`."""
+    names = ["a" * 254 + " ", "a" * 254 + "_", "\u00e9" * 127]
+    rows = [Result(n, "3.1", "pass", 1, 1, verified=True) for n in names]
+    written = grade_report.write_gradescope(rows, tmp_path / "gs")
+    manifest = json.loads((tmp_path / "gs" / "manifest.json").read_text())
+    assert len(set(written)) == 3 and sorted(manifest) == sorted(names)
+    assert all(len(p.parent.name.encode()) <= 255 for p in written)

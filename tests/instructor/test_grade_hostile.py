@@ -201,3 +201,81 @@ def test_limits_are_applied_in_the_child_and_name_what_ended_it():
     assert limits.why(0) is None and limits.why(-signal.SIGKILL) is None
     assert jail.memory_reason(limits) == "memory limit 1 GiB"
     assert jail.Limits.from_json('{"memory": 5, "cpu": 6}') == jail.Limits(memory=5, cpu=6)
+
+
+PROBES = """
+import socket
+
+
+class FirstFit:
+    def __init__(self, capacity):
+        self.capacity, self.holes = capacity, [(0, capacity)]
+
+    def allocate(self, size):
+        seen = []
+        for what in TRIES:
+            try:
+                seen.append(f"{what}: {'GOT ' + repr(probe(what))}")
+            except OSError as e:
+                seen.append(f"{what}: {type(e).__name__}")
+        raise ValueError(" | ".join(seen))
+
+
+def probe(what):
+    if isinstance(what, str):  # a path
+        with open(what, "rb") as f:
+            return f.read(20)
+    with socket.socket(what[0], socket.SOCK_STREAM) as s:
+        s.settimeout(2)
+        s.connect(what[1])
+        return "connected"
+"""
+
+
+def graded_alone(tmp_path, tries) -> tuple[bool, str]:
+    """Whether one student's row of PROBES on `tries`, graded with a uid of its own and no
+    bubblewrap, is verified, and its messages as one text."""
+    from course import grade
+    from course.grade_job import Mode
+
+    student = tmp_path / "class" / "mallory"
+    student.mkdir(parents=True)
+    (student / "ex3_1_first_fit.py").write_text(f"TRIES = {tries!r}\n" + PROBES)
+    mode = Mode(sandbox=False, own_uid=True)
+    rows = grade.grade(tmp_path / "class", ["3.1"], mode=mode, workers=1, timeout=120)
+    return rows[0].verified, " ".join(rows[0].messages)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own per job needs root")
+def test_with_a_uid_of_its_own_and_no_bubblewrap_the_child_sees_no_source_checkout(tmp_path):
+    """The grader's own checkout (its .git holds every solution, its course/ the mutants) and
+    any other folder outside the system's are empty in the child's view, as under bubblewrap.
+    Before the fix the child read /work/main's solutions and .git in this mode."""
+    from course.curriculum import REPO_ROOT
+
+    paths = [str(REPO_ROOT / name) for name in ("pyproject.toml", ".git", "README.md")]
+    verified, said = graded_alone(tmp_path, paths)
+    assert verified and all(p in said for p in paths), said
+    assert ": GOT " not in said, said
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a uid of its own per job needs root")
+def test_with_a_uid_of_its_own_and_no_bubblewrap_the_child_has_no_network(tmp_path):
+    """A service on the grader's machine (here a localhost port and an abstract unix socket the
+    test listens on; elsewhere another job's socket, a database, a cloud metadata endpoint) is
+    out of the child's reach, as under bubblewrap. Before the fix both connections succeeded."""
+    import socket
+
+    name = f"\0pagedsim-test-{os.getpid()}"
+    with socket.socket() as tcp, socket.socket(socket.AF_UNIX) as unix:
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        unix.bind(name)
+        unix.listen()
+        tries = [
+            (int(socket.AF_INET), ("127.0.0.1", tcp.getsockname()[1])),
+            (int(socket.AF_UNIX), name),
+        ]
+        verified, said = graded_alone(tmp_path, tries)
+    assert verified and "127.0.0.1" in said, said
+    assert ": GOT " not in said, said

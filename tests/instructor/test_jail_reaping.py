@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -122,3 +123,60 @@ def test_kill_tree_never_collects_another_threads_child() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["7"], "another child's exit status was lost"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for e in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(e))
+        except OSError:
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_checker_stopped_by_sigterm_leaves_no_sleeping_submission_behind(tmp_path):
+    """`timeout 60 pagedsim check 3.1 --impl FILE` on a file that sleeps in allocate: the
+    checker dies on SIGTERM without running its clean-up; before the fix its child, in a
+    session of its own, slept on as an orphan (a loop would have burnt a core for good)."""
+    from course import curriculum
+
+    stub = curriculum.find("3.1").path("stub").read_text()
+    sleeper = tmp_path / "ex3_1_first_fit.py"
+    sleeper.write_text(
+        stub.replace('raise NotImplementedError("allocate")', "__import__('time').sleep(600)")
+    )
+    argv = [sys.executable, "-m", "pagedsim", "check", "3.1", "--impl", str(sleeper), "--json"]
+    checker = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        for _ in range(600):  # its child: started for the import, then asleep in allocate
+            found = _children(checker.pid)
+            if found:
+                child = found[0]
+                break
+            time.sleep(0.1)
+        assert child is not None, "the checker started no child"
+        time.sleep(3)
+        checker.send_signal(signal.SIGTERM)
+        checker.wait(30)
+        for _ in range(100):
+            if not _alive(child):
+                break
+            time.sleep(0.1)
+        assert not _alive(child), "the submission outlived its checker"
+    finally:
+        if checker.poll() is None:
+            checker.kill()
+        if child is not None and _alive(child):
+            os.kill(child, signal.SIGKILL)
