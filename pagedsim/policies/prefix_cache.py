@@ -62,6 +62,7 @@ class PrefixCachingManager(KVCacheManager):
         enable_kv_cache_events: bool = False,
         pool: CachingBlockPool | None = None,
         group_idx: int = 0,
+        enable_caching: bool = True,
         **kwargs: Any,
     ) -> None:
         if not callable(hash_fn):
@@ -70,6 +71,10 @@ class PrefixCachingManager(KVCacheManager):
                 f"{type(hash_fn).__name__}"
             )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
+        # off: no block is ever hashed, so none is found and every freed block goes back to
+        # the free queue's head (v1's KVCacheManager(enable_caching=False), which SchedulerV1
+        # asks for when cache_config.enable_prefix_caching is off)
+        self.enable_caching = bool_arg("enable_caching", enable_caching)
         # a group's blocks chain from their own root (v1: BlockHashWithGroupId)
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
         if pool is None:
@@ -368,7 +373,7 @@ class PrefixCachingManager(KVCacheManager):
     def _cache_full_blocks(self, seq_id: SeqId) -> None:
         """Hash every block that is full of computed, known tokens (v1: cache_blocks)."""
         known = self._known.get(seq_id)
-        if known is None:
+        if known is None or not self.enable_caching:
             return
         bs, pool, table = self.block_size, self.pool, self._tables[seq_id]
         done, h, parent = self._chain[seq_id]
@@ -518,7 +523,7 @@ class PrefixCachingManager(KVCacheManager):
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
         h, parent = self._root_hash(keys), pool.root_of(keys)
-        if parent is None:  # nothing cached ever started from these extra keys
+        if parent is None or not self.enable_caching:  # nothing cached from these keys
             return hits
         for logical in range(max_blocks):
             block_tokens = tokens[logical * bs : (logical + 1) * bs]
