@@ -143,12 +143,14 @@ class SchedulerV1(WorkloadScheduler):
                 assert isinstance(group, PrefixCachingManager), "a manager with v1's calls"
                 group.enable_caching = False
         bool_arg("slide_after_update", slide_after_update)
-        # a model reads the window during the step, so its slots are asked for as
-        # lookahead and told computed in update_from_output (v1 slides by the tokens
-        # computed before the step: remove_skipped_blocks(request.num_computed_tokens))
-        self._slide_late = slide_after_update and isinstance(
-            manager, (SlidingWindowManager, HybridManager)
-        )
+        # a model reads the window during the step, so nothing it reads may go before it
+        # ran: a window group frees what a request no longer reads when its next
+        # allocate_slots starts, by the tokens computed before it (v1's timing:
+        # remove_skipped_blocks(request.num_computed_tokens) inside allocate_slots)
+        if slide_after_update:
+            window = manager.window if isinstance(manager, HybridManager) else manager
+            if isinstance(window, SlidingWindowManager):
+                window.slide_on_allocate = True
         if self.num_lookahead_tokens and self._cache is None:
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
         self.waiting: RequestQueue[V1Request] = make_request_queue(scheduler_config.policy)
@@ -384,10 +386,6 @@ class SchedulerV1(WorkloadScheduler):
         finished: list[ReqId] = []
         for rid, n in scheduler_output.num_scheduled_tokens.items():
             req = self._by_id[rid]
-            if self._cache is not None and self._slide_late:  # the model computed them now
-                got = self._cache.allocate_slots(rid, n, self._lookahead(req.num_computed_tokens))
-                assert got is not None, "slots already held need no block"
-
             if n == 1 and req.sampled and req.num_computed_tokens == req.num_tokens:
                 decode += 1
             else:
@@ -433,10 +431,7 @@ class SchedulerV1(WorkloadScheduler):
     def _allocate(self, req: V1Request, n: int) -> bool:
         """Slots for n more tokens of a running request; False (nothing changed) if short."""
         m, sent = self._cache, tuple(req.unsent)
-        if m is not None and self._slide_late:
-            ahead = n + self._lookahead(req.num_computed_tokens + n)
-            new = m.allocate_slots(req.request_id, 0, ahead, sent or None)
-        elif m is not None:
+        if m is not None:
             ahead = self._lookahead(req.num_computed_tokens + n)
             new = m.allocate_slots(req.request_id, n, ahead, sent or None)
         else:
@@ -455,12 +450,11 @@ class SchedulerV1(WorkloadScheduler):
             computed = m.get_computed_blocks(tokens) if self.enable_prefix_caching else None
             hit = 0 if computed is None else computed.num_tokens
             n = self._chunk(len(tokens) - hit, budget)
-            late = n if self._slide_late else 0  # computed in update_from_output
             if (
                 m.allocate_slots(
                     req.request_id,
-                    n - late,
-                    self._lookahead(hit + n) + late,
+                    n,
+                    self._lookahead(hit + n),
                     tokens,
                     computed,  # type: ignore[arg-type]  # each manager's own lookup type
                     preempted=req.num_preemptions > 0,

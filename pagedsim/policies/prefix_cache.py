@@ -253,10 +253,14 @@ class PrefixCachingManager(KVCacheManager):
             )
         return new
 
+    def _before_extend(self, seq_id: SeqId) -> None:
+        """Before a running sequence's slots are counted (a sliding window frees here)."""
+
     def _extend(
         self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any, computed: Any
     ) -> list[int] | None:
         new = self._check_extend(seq_id, n, new_token_ids, computed)
+        self._before_extend(seq_id)
         table = self._tables[seq_id]
         known = self._known.get(seq_id)
         done = table.num_tokens - self._ahead.get(seq_id, 0)

@@ -49,7 +49,7 @@ def test_lookahead_slots_stop_at_max_model_len():
 @given(st.integers(1, 6), st.integers(1, 4))
 def test_with_prefix_caching_off_freed_blocks_go_back_to_the_head(prompt_len, output_len):
     # v1's KVCacheManager(enable_caching=False) hashes nothing: free_blocks prepends them all
-    m = PrefixCachingManager(8, 1, trace=False)
+    m = PrefixCachingManager(10, 1, trace=False)
     s = SchedulerV1(
         [Request(prompt_len, output_len)],
         m,
@@ -59,7 +59,7 @@ def test_with_prefix_caching_off_freed_blocks_go_back_to_the_head(prompt_len, ou
     )
     s.run()
     used = prompt_len + output_len - 1  # the last sampled token is never computed
-    assert m.pool.free_list() == [*range(used - 1, -1, -1), *range(used, 8)]
+    assert m.pool.free_list() == [*range(used - 1, -1, -1), *range(used, 10)]
     assert m.cached_free_blocks() == []
 
 

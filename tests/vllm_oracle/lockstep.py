@@ -30,8 +30,9 @@ def vllm_id(req_id: tuple[int, int]) -> str:
 class Lockstep:
     """vLLM's Scheduler (`theirs`) kept in step with pagedsim's SchedulerV1 (`ours`)."""
 
-    def __init__(self, vllm: Any, theirs: Any, ours: Any) -> None:
-        self.vllm, self.theirs, self.ours = vllm, theirs, ours
+    def __init__(self, vllm: Any, theirs: Any, ours: Any, tables: Any) -> None:
+        """`tables(req_id)`: pagedsim's block table of a running request, per KV cache group."""
+        self.vllm, self.theirs, self.ours, self.tables = vllm, theirs, ours, tables
         self.reset_preempted: set[str] = set()  # preempted by a reset since the last step
         self.out: Any = None  # vLLM's output of the step under way
 
@@ -68,6 +69,15 @@ class Lockstep:
         assert theirs.finished_req_ids == finished, (
             f"finished ids: vLLM {theirs.finished_req_ids}, pagedsim {finished}"
         )
+        self._same_tables()  # as allocated, before a finished request frees them
+
+    def _same_tables(self) -> None:
+        manager = self.theirs.kv_cache_manager
+        for r in self.ours.running:
+            rid = vllm_id(r.request_id)
+            got = tuple([P(b) for b in group] for group in manager.get_block_ids(rid))
+            want = self.tables(r.request_id)
+            assert got == want, f"block table of {rid}: vLLM {got}, pagedsim {want}"
 
     def update(self, sampled: dict[tuple[int, int], int], finished: list[Any]) -> None:
         """vLLM's update_from_output() with the tokens pagedsim's model sampled; both must
@@ -106,9 +116,8 @@ class Lockstep:
         mine = [vllm_id(r) for r in self.ours.finish_requests(req_id)]
         assert theirs == mine, f"aborted: vLLM {theirs}, pagedsim {mine}"
 
-    def state(self, tables: Any) -> None:
-        """Running and waiting order, block tables (`tables(req_id)`: pagedsim's, per KV
-        cache group), the free queue and every ref count."""
+    def state(self) -> None:
+        """Running and waiting order, block tables, the free queue and every ref count."""
         theirs, ours = self.theirs, self.ours
         running = [vllm_id(r.request_id) for r in ours.running]
         assert [r.request_id for r in theirs.running] == running, "running order"
@@ -121,13 +130,8 @@ class Lockstep:
         for r in ours.running + list(ours.waiting):
             got_n = theirs.requests[vllm_id(r.request_id)].num_computed_tokens
             assert got_n == r.num_computed_tokens, f"{vllm_id(r.request_id)} num_computed_tokens"
+        self._same_tables()
         manager = theirs.kv_cache_manager
-        for r in ours.running:
-            got_t = tuple([P(b) for b in g] for g in manager.get_block_ids(vllm_id(r.request_id)))
-            want = tables(r.request_id)
-            assert got_t == want, (
-                f"block table of {vllm_id(r.request_id)}: vLLM {got_t}, pagedsim {want}"
-            )
         pool = manager.block_pool
         free = vllm_free_list(pool)
         assert free == ours.manager.pool.free_list(), (

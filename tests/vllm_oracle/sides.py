@@ -167,6 +167,9 @@ class SchedulerArgs(NamedTuple):
     long_prefill_token_threshold: int = 0  # 0: no cap on one request's prefill chunk
     enable_prefix_caching: bool = True
     num_lookahead_tokens: int = 0  # slots reserved past each request's tokens
+    # one KV cache group per entry: "full" attention or a "window" of sliding_window tokens
+    kv_cache_groups: tuple[str, ...] = ("full",)
+    sliding_window: int = 0
 
 
 def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
@@ -201,16 +204,18 @@ def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
         ),
     )
     spec = vllm.spec
+    shape = dict(block_size=args.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float32)
     kv_cache_config = spec.KVCacheConfig(
         num_blocks=args.num_gpu_blocks,  # vLLM v1 KVCacheConfig's own name
         kv_cache_tensors=[],
         kv_cache_groups=[
             spec.KVCacheGroupSpec(
-                ["layer"],
-                spec.FullAttentionSpec(
-                    block_size=args.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float32
-                ),
+                [f"layer{i}"],
+                spec.FullAttentionSpec(**shape)
+                if kind == "full"
+                else spec.SlidingWindowSpec(sliding_window=args.sliding_window, **shape),
             )
+            for i, kind in enumerate(args.kv_cache_groups)
         ],
     )
     vllm_config.cache_config.num_gpu_blocks = args.num_gpu_blocks
