@@ -23,6 +23,9 @@ preempted, mid-prefill or mid-decode, finished or not yet arrived) and reset_pre
 asked, with or without reset_running_requests. A request ends by length (max_tokens), by
 EOS or by a stop token id in vLLM; pagedsim has no EOS, so its output_len is where vLLM's
 request ends (that much of each is faked in the same way on both sides).
+
+A second test takes one request alone in a pool that may be too small for it: SchedulerV1
+refuses exactly the requests vLLM's Scheduler could never finish.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ import json
 from typing import NamedTuple
 
 import hypothesis.strategies as st
-from hypothesis import settings
+import pytest
+from hypothesis import given, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -242,7 +246,62 @@ class SchedulerOracle(RuleBasedStateMachine):
         agreed(self)
 
 
-def test_scheduler_v1_follows_vllm(vllm, tmp_path_factory):
-    model_dir = tmp_path_factory.mktemp("tiny_llama")
-    (model_dir / "config.json").write_text(json.dumps(TINY_LLAMA))
-    run_state_machine_as_test(lambda: SchedulerOracle(vllm, str(model_dir)), settings=STEPS)
+def test_scheduler_v1_follows_vllm(vllm, model_dir):
+    run_state_machine_as_test(lambda: SchedulerOracle(vllm, model_dir), settings=STEPS)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prompt_len=st.integers(1, 12),
+    output_len=st.integers(1, 6),
+    block_size=st.sampled_from([1, 2, 3, 5]),
+    num_gpu_blocks=st.integers(1, 8),
+    budget=st.integers(1, 8),
+    ahead=st.sampled_from([0, 1, 3]),
+)
+def test_scheduler_v1_refuses_exactly_what_vllm_could_never_finish(
+    vllm, model_dir, prompt_len, output_len, block_size, num_gpu_blocks, budget, ahead
+):
+    """A request alone in a pool too small for it: vLLM 0.34 (admitting on the first chunk)
+    takes it and preempts it again and again, never finishing it; SchedulerV1 refuses it
+    when it is built (ValueError), and takes every request vLLM does finish."""
+    work = [Work([1] * prompt_len, [2] * output_len, 0, 0.0, 0, "length")]
+    args = SchedulerArgs(
+        num_gpu_blocks + 1,
+        block_size,
+        budget,
+        1,
+        "fcfs",
+        max_model_len=prompt_len + output_len,
+        num_lookahead_tokens=ahead,
+    )
+    theirs = vllm_scheduler(vllm, model_dir, args)
+    theirs.add_request(vllm_request(vllm, "r00", work[0].prompt, block_size, max_tokens=output_len))
+    finished = False
+    for _ in range(4 * (prompt_len + output_len)):  # alone, it needs at most P + O steps
+        out = theirs.schedule()
+        ids = list(out.num_scheduled_tokens)
+        sampled = [
+            [2] if theirs.requests[r].num_computed_tokens >= theirs.requests[r].num_tokens else []
+            for r in ids
+        ]
+        theirs.update_from_output(
+            out, vllm.ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled)
+        )
+        if not theirs.requests:
+            finished = True
+            break
+    try:
+        our_scheduler(Setup(args, work, False)).run()
+        refused = False
+    except ValueError as e:
+        assert "more than the pool" in str(e), e
+        refused = True
+    assert refused == (not finished), f"vLLM finished it: {finished}; pagedsim refused: {refused}"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny_llama")
+    (path / "config.json").write_text(json.dumps(TINY_LLAMA))
+    return str(path)
