@@ -5,9 +5,9 @@ phases: each request has `num_computed_tokens` and `num_tokens` (prompt + sample
 each step gives tokens until `max_num_batched_tokens` is spent:
 
     1. running requests first: each gets min(tokens left, budget,
-       long_prefill_token_threshold if set). When `allocate_slots` returns None the
-       *last* running request is preempted (under "priority", the largest (priority,
-       arrival_time)): freed (full blocks stay cached) and back to waiting with
+       long_prefill_token_threshold if set and another request runs or waits). When
+       `allocate_slots` returns None the *last* running request is preempted (under
+       "priority", the largest (priority, arrival_time)): freed (full blocks stay cached) and back to waiting with
        num_computed_tokens = 0. If the victim is the request itself the step stops
        scheduling running ones; under "priority" the next ones go on (v1 0.34).
     2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
@@ -16,6 +16,7 @@ each step gives tokens until `max_num_batched_tokens` is spent:
     3. `schedule()` returns a SchedulerOutput; `update_from_output(scheduler_output,
        sampled)` takes a token for every request that caught up and frees one with
        `output_len` tokens sampled. `step()` fakes the model with the workload.
+       Between steps `finish_requests` aborts requests (v1's FINISHED_ABORTED).
 
 A request longer than `max_model_len`, or whose blocks could never fit, is refused when
 the scheduler is built (ValueError). No watermark, swap or beam search; parallel samples
