@@ -10,7 +10,8 @@ again when
 It is freed and its entry becomes NULL_BLOCK, keeping later logical numbers: vLLM v1's
 `SlidingWindowManager.remove_skipped_blocks`. n counts *computed* tokens only (lookahead
 never pushes the window). Invariant: after every public step a sequence names exactly
-`kept(...)` blocks, at most ceil(S/B) + ceil(W/B) + 1 (+ lookahead).
+`kept(...)` blocks, at most ceil(S/B) + ceil(W/B) + 1 (+ lookahead); with v1's timing
+(`slide_on_allocate`, the engine's) at least that many, the rest freed by its next call.
 """
 
 from __future__ import annotations
