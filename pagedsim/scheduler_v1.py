@@ -7,9 +7,10 @@ each step gives tokens until `max_num_batched_tokens` is spent:
     1. running requests first: each gets min(tokens left, budget,
        long_prefill_token_threshold if set and another request runs or waits). When
        `allocate_slots` returns None the *last* running request is preempted (under
-       "priority", the largest (priority, arrival_time)): freed (full blocks stay cached) and back to waiting with
-       num_computed_tokens = 0. If the victim is the request itself the step stops
-       scheduling running ones; under "priority" the next ones go on (v1 0.34).
+       "priority", the largest (priority, arrival_time)): freed (full blocks stay
+       cached) and back to waiting with num_computed_tokens = 0. If the victim is the
+       request itself the step stops scheduling running ones; under "priority" the next
+       ones go on (v1 0.34).
     2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
        while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`) and
        allocated for what the budget allows.

@@ -62,7 +62,6 @@ class PrefixCachingManager(KVCacheManager):
         enable_kv_cache_events: bool = False,
         pool: CachingBlockPool | None = None,
         group_idx: int = 0,
-        enable_caching: bool = True,
         **kwargs: Any,
     ) -> None:
         if not callable(hash_fn):
@@ -72,9 +71,9 @@ class PrefixCachingManager(KVCacheManager):
             )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
         # off: no block is ever hashed, so none is found and every freed block goes back to
-        # the free queue's head (v1's KVCacheManager(enable_caching=False), which SchedulerV1
-        # asks for when cache_config.enable_prefix_caching is off)
-        self.enable_caching = bool_arg("enable_caching", enable_caching)
+        # the free queue's head (v1's KVCacheManager(enable_caching=False)); SchedulerV1
+        # switches it off when cache_config.enable_prefix_caching is off
+        self.enable_caching = True
         # a group's blocks chain from their own root (v1: BlockHashWithGroupId)
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
         if pool is None:
