@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, Protocol, TypeAlias, TypeVar
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -53,6 +53,11 @@ class FCFSRequestQueue(Generic[R]):
     def pop_request(self) -> R:
         return self._queue.popleft()
 
+    def remove_requests(self, reqs: Iterable[R]) -> None:
+        """Drop these requests (v1's remove_requests: an abort); the rest keep their order."""
+        gone = set(map(id, reqs))
+        self._queue = deque(r for r in self._queue if id(r) not in gone)
+
     def __len__(self) -> int:
         return len(self._queue)
 
@@ -82,6 +87,12 @@ class PriorityRequestQueue(Generic[R]):
 
     def pop_request(self) -> R:
         return heapq.heappop(self._heap)[-1]
+
+    def remove_requests(self, reqs: Iterable[R]) -> None:
+        """Drop these requests (v1's remove_requests: an abort); the heap is rebuilt."""
+        gone = set(map(id, reqs))
+        self._heap = [e for e in self._heap if id(e[-1]) not in gone]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

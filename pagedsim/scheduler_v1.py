@@ -5,17 +5,19 @@ phases: each request has `num_computed_tokens` and `num_tokens` (prompt + sample
 each step gives tokens until `max_num_batched_tokens` is spent:
 
     1. running requests first: each gets min(tokens left, budget,
-       long_prefill_token_threshold if set). When `allocate_slots` returns None the
-       *last* running request is preempted (under "priority", the largest (priority,
-       arrival_time)): freed (full blocks stay cached) and back to waiting with
-       num_computed_tokens = 0. If the victim is the request itself the step stops
-       scheduling running ones; under "priority" the next ones go on (v1 0.34).
+       long_prefill_token_threshold if set and another request runs or waits). When
+       `allocate_slots` returns None the *last* running request is preempted (under
+       "priority", the largest (priority, arrival_time)): freed (full blocks stay
+       cached) and back to waiting with num_computed_tokens = 0. If the victim is the
+       request itself the step stops scheduling running ones; under "priority" the next
+       ones go on (v1 0.34).
     2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
        while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`) and
        allocated for what the budget allows.
     3. `schedule()` returns a SchedulerOutput; `update_from_output(scheduler_output,
        sampled)` takes a token for every request that caught up and frees one with
        `output_len` tokens sampled. `step()` fakes the model with the workload.
+       Between steps `finish_requests` aborts requests (v1's FINISHED_ABORTED).
 
 A request longer than `max_model_len`, or whose blocks could never fit, is refused when
 the scheduler is built (ValueError). No watermark, swap or beam search; parallel samples
@@ -126,6 +128,7 @@ class SchedulerV1(WorkloadScheduler):
         self.max_num_batched_tokens = scheduler_config.max_num_batched_tokens
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
         self.long_prefill_token_threshold = scheduler_config.long_prefill_token_threshold
+        self._threshold = 0  # the cap in force this step (lifted for a lone request)
         self.max_model_len = scheduler_config.max_model_len
         self.max_num_seqs = scheduler_config.max_num_seqs
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
@@ -134,15 +137,22 @@ class SchedulerV1(WorkloadScheduler):
         self._cache = (
             manager if isinstance(manager, (PrefixCachingManager, HybridManager)) else None
         )
-        # off: no lookup (v1's enable_prefix_caching=False); the manager still allocates slots
+        # off: no lookup and no block hashed (v1 builds its KVCacheManager with
+        # enable_caching=False), so freed blocks go back to the free queue's head
         self.enable_prefix_caching = cache_config.enable_prefix_caching and self._cache is not None
+        if self._cache is not None and not cache_config.enable_prefix_caching:
+            for group in manager.groups if isinstance(manager, HybridManager) else (manager,):
+                assert isinstance(group, PrefixCachingManager), "a manager with v1's calls"
+                group.enable_caching = False
         bool_arg("slide_after_update", slide_after_update)
-        # a model reads the window during the step, so its slots are asked for as
-        # lookahead and told computed in update_from_output (v1 slides by the tokens
-        # computed before the step: remove_skipped_blocks(request.num_computed_tokens))
-        self._slide_late = slide_after_update and isinstance(
-            manager, (SlidingWindowManager, HybridManager)
-        )
+        # a model reads the window during the step, so nothing it reads may go before it
+        # ran: a window group frees what a request no longer reads when its next
+        # allocate_slots starts, by the tokens computed before it (v1's timing:
+        # remove_skipped_blocks(request.num_computed_tokens) inside allocate_slots)
+        if slide_after_update:
+            window = manager.window if isinstance(manager, HybridManager) else manager
+            if isinstance(window, SlidingWindowManager):
+                window.slide_on_allocate = True
         if self.num_lookahead_tokens and self._cache is None:
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
         self.waiting: RequestQueue[V1Request] = make_request_queue(scheduler_config.policy)
@@ -230,8 +240,10 @@ class SchedulerV1(WorkloadScheduler):
         if r.total_len > self.max_model_len:
             raise ValueError(f"{too_long} {self.max_model_len}")
         ahead, nb = self.num_lookahead_tokens, self.manager.num_gpu_blocks
-        chunk = self._chunk(r.total_len, self.max_num_batched_tokens)
-        peak = self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
+        chunk = min(r.total_len, self.max_num_batched_tokens)  # alone: no threshold
+        # v1 reserves no slot past max_model_len, lookahead included
+        last = min(r.total_len - 1 + ahead, self.max_model_len)
+        peak = self.manager.peak_blocks(r.prompt_len, last, chunk + ahead)
         if peak > nb:
             raise ValueError(
                 f"request {i} ({r.total_len} tokens) needs {peak} blocks, more than the pool's {nb}"
@@ -252,6 +264,11 @@ class SchedulerV1(WorkloadScheduler):
         self._start_step()
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
+        # v1 (0.34): the cap is for a long prefill starving others; alone, it has nobody to
+        # starve, so it is lifted while at most one request runs or waits
+        self._threshold = (
+            self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        )
         scheduled: dict[V1Request, int] = {}  # request -> tokens scheduled this step
         preempted: list[V1Request] = []
         budget, i = self.max_num_batched_tokens, 0
@@ -371,10 +388,6 @@ class SchedulerV1(WorkloadScheduler):
         finished: list[ReqId] = []
         for rid, n in scheduler_output.num_scheduled_tokens.items():
             req = self._by_id[rid]
-            if self._cache is not None and self._slide_late:  # the model computed them now
-                got = self._cache.allocate_slots(rid, n, self.num_lookahead_tokens)
-                assert got is not None, "slots already held need no block"
-
             if n == 1 and req.sampled and req.num_computed_tokens == req.num_tokens:
                 decode += 1
             else:
@@ -420,11 +433,9 @@ class SchedulerV1(WorkloadScheduler):
     def _allocate(self, req: V1Request, n: int) -> bool:
         """Slots for n more tokens of a running request; False (nothing changed) if short."""
         m, sent = self._cache, tuple(req.unsent)
-        if m is not None and self._slide_late:
-            ahead = n + self.num_lookahead_tokens
-            new = m.allocate_slots(req.request_id, 0, ahead, sent or None)
-        elif m is not None:
-            new = m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, sent or None)
+        if m is not None:
+            ahead = self._lookahead(req.num_computed_tokens + n)
+            new = m.allocate_slots(req.request_id, n, ahead, sent or None)
         else:
             try:
                 new = self.manager.append_tokens(req.request_id, n)
@@ -441,12 +452,11 @@ class SchedulerV1(WorkloadScheduler):
             computed = m.get_computed_blocks(tokens) if self.enable_prefix_caching else None
             hit = 0 if computed is None else computed.num_tokens
             n = self._chunk(len(tokens) - hit, budget)
-            late = n if self._slide_late else 0  # computed in update_from_output
             if (
                 m.allocate_slots(
                     req.request_id,
-                    n - late,
-                    self.num_lookahead_tokens + late,
+                    n,
+                    self._lookahead(hit + n),
                     tokens,
                     computed,  # type: ignore[arg-type]  # each manager's own lookup type
                     preempted=req.num_preemptions > 0,
@@ -466,9 +476,14 @@ class SchedulerV1(WorkloadScheduler):
         scheduled[req] = n
         return True
 
+    def _lookahead(self, end: int) -> int:
+        """Lookahead slots past a request's first `end` tokens: v1 reserves none past
+        max_model_len (allocate_slots caps the slots it needs there)."""
+        return max(0, min(self.num_lookahead_tokens, self.max_model_len - end))
+
     def _chunk(self, left: int, budget: int) -> int:
         """Tokens to compute for a request now: what is left, within budget and threshold."""
-        cap = self.long_prefill_token_threshold
+        cap = self._threshold
         return min(left, budget, cap) if cap else min(left, budget)
 
     def _pick_victim(self) -> V1Request:
@@ -488,10 +503,37 @@ class SchedulerV1(WorkloadScheduler):
         req.unsent.clear()
         self.waiting.prepend_request(req)
 
+    def finish_requests(self, request_ids: ReqId | Iterable[ReqId]) -> list[ReqId]:
+        """Abort requests from outside, between steps (v1's finish_requests with
+        FINISHED_ABORTED: a client went away). Each waiting or running one leaves, its blocks
+        freed (the tail first), and the next schedule() lists it in finished_req_ids. Ids
+        unknown, not yet arrived or already finished are skipped, as in v1. Returns the ids
+        aborted, in the order given."""
+        if self._pending_output is not None:
+            raise RuntimeError("finish_requests() between schedule() and update_from_output()")
+        ids = _req_ids(request_ids)
+        waiting = {id(r) for r in self.waiting}
+        aborted: list[ReqId] = []
+        for rid in ids:
+            req = self._by_id.get(rid)
+            if req is None or (req not in self.running and id(req) not in waiting):
+                continue  # unknown, finished, or not yet arrived
+            if req in self.running:
+                self._finish(req)
+            else:  # waiting requests hold no blocks in v1 (a preemption freed them)
+                self.waiting.remove_requests([req])
+                self._forget(req)
+            aborted.append(rid)
+        return aborted
+
     def _finish(self, req: V1Request) -> None:
         """Free a finished request's blocks and forget it (v1's _free_request)."""
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
+        self._forget(req)
+
+    def _forget(self, req: V1Request) -> None:
+        """A request that left: reported as finished by the next schedule()."""
         del self._by_id[req.request_id]
         self._finished_req_ids.add(req.request_id)
         self.finished_seqs += 1
@@ -499,3 +541,17 @@ class SchedulerV1(WorkloadScheduler):
         self._left[i] -= 1
         if not self._left[i]:
             self.finished += 1
+
+
+def _req_ids(request_ids: object) -> list[ReqId]:
+    """One request id, or several, as a list without repeats (TypeError for anything else)."""
+    if isinstance(request_ids, tuple) and all(isinstance(x, int) for x in request_ids):
+        request_ids = [request_ids]  # one id: (request index, sample index)
+    elif isinstance(request_ids, (str, bytes)) or not isinstance(request_ids, Iterable):
+        raise TypeError(f"request_ids must be a request id or ids, got {request_ids!r}")
+    ids: list[ReqId] = []
+    for rid in request_ids:
+        if not (isinstance(rid, tuple) and len(rid) == 2 and all(type(x) is int for x in rid)):
+            raise TypeError(f"a request id is (request index, sample index), got {rid!r}")
+        ids.append((rid[0], rid[1]))
+    return list(dict.fromkeys(ids))

@@ -507,5 +507,7 @@ def _v1_manager(
         return SlidingWindowPrefixCachingManager(
             num_gpu_blocks, block_size, sliding_window=config.sliding_window, trace=trace
         )
-    cls = PrefixCachingManager if caching else KVCacheManager
-    return cls(num_gpu_blocks, block_size, trace=trace)
+    if caching:
+        return PrefixCachingManager(num_gpu_blocks, block_size, trace=trace)
+    # v1's pool with caching off puts freed blocks back at its head as one run (prepend_n)
+    return KVCacheManager(num_gpu_blocks, block_size, free_order="prepend", trace=trace)

@@ -191,6 +191,7 @@ class HybridManager:
         new = None if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
         for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
             g._check_extend(seq_id, n, new, None)
+        self.window._before_extend(seq_id)  # v1 frees skipped blocks before counting
         need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
         if need > self.pool.num_free_blocks:
             self._short = need

@@ -70,6 +70,10 @@ class PrefixCachingManager(KVCacheManager):
                 f"{type(hash_fn).__name__}"
             )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
+        # off: no block is ever hashed, so none is found and every freed block goes back to
+        # the free queue's head (v1's KVCacheManager(enable_caching=False)); SchedulerV1
+        # switches it off when cache_config.enable_prefix_caching is off
+        self.enable_caching = True
         # a group's blocks chain from their own root (v1: BlockHashWithGroupId)
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
         if pool is None:
@@ -248,10 +252,14 @@ class PrefixCachingManager(KVCacheManager):
             )
         return new
 
+    def _before_extend(self, seq_id: SeqId) -> None:
+        """Before a running sequence's slots are counted (a sliding window frees here)."""
+
     def _extend(
         self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any, computed: Any
     ) -> list[int] | None:
         new = self._check_extend(seq_id, n, new_token_ids, computed)
+        self._before_extend(seq_id)
         table = self._tables[seq_id]
         known = self._known.get(seq_id)
         done = table.num_tokens - self._ahead.get(seq_id, 0)
@@ -368,7 +376,7 @@ class PrefixCachingManager(KVCacheManager):
     def _cache_full_blocks(self, seq_id: SeqId) -> None:
         """Hash every block that is full of computed, known tokens (v1: cache_blocks)."""
         known = self._known.get(seq_id)
-        if known is None:
+        if known is None or not self.enable_caching:
             return
         bs, pool, table = self.block_size, self.pool, self._tables[seq_id]
         done, h, parent = self._chain[seq_id]
@@ -518,7 +526,7 @@ class PrefixCachingManager(KVCacheManager):
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
         h, parent = self._root_hash(keys), pool.root_of(keys)
-        if parent is None:  # nothing cached ever started from these extra keys
+        if parent is None or not self.enable_caching:  # nothing cached from these keys
             return hits
         for logical in range(max_blocks):
             block_tokens = tokens[logical * bs : (logical + 1) * bs]

@@ -10,7 +10,8 @@ again when
 It is freed and its entry becomes NULL_BLOCK, keeping later logical numbers: vLLM v1's
 `SlidingWindowManager.remove_skipped_blocks`. n counts *computed* tokens only (lookahead
 never pushes the window). Invariant: after every public step a sequence names exactly
-`kept(...)` blocks, at most ceil(S/B) + ceil(W/B) + 1 (+ lookahead).
+`kept(...)` blocks, at most ceil(S/B) + ceil(W/B) + 1 (+ lookahead); with v1's timing
+(`slide_on_allocate`, the engine's) at least that many, the rest freed by its next call.
 """
 
 from __future__ import annotations
@@ -92,9 +93,20 @@ class SlidingWindowManager(KVCacheManager):
         super().free_sequence(seq_id)
         self._next_drop.pop(seq_id, None)
 
+    # v1's timing (SchedulerV1(slide_after_update=True), the engine's): a sequence's skipped
+    # blocks go when its next allocate_slots starts, by the tokens computed before it, even
+    # if that call is then refused (v1: remove_skipped_blocks at the top of allocate_slots).
+    # Off (the chapter's): every sequence slides as each public call ends.
+    slide_on_allocate = False
+
     def _end_step(self) -> None:
-        self._slide_all()
+        if not self.slide_on_allocate:
+            self._slide_all()
         super()._end_step()
+
+    def _before_extend(self, seq_id: SeqId) -> None:
+        if self.slide_on_allocate:
+            self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
 
     def _slide_all(self) -> None:
         for seq_id in self._tables:
@@ -108,14 +120,16 @@ class SlidingWindowManager(KVCacheManager):
         stop = (num_computed_tokens - self.sliding_window + 1) // self.block_size
         if i >= stop:
             return
-        # the last block first, as v1 does: it ends the longer prefix, so it is evicted first
-        for logical in range(stop - 1, i - 1, -1):
-            b = table.blocks[logical]
-            if b != NULL_BLOCK:
-                count = self.pool.free(b)
-                table.blocks[logical] = NULL_BLOCK
-                self.dropped_blocks += 1
-                self._emit(tr.BlockReleased, seq_id, b, count)
+        # the last block first, as v1 does: it ends the longer prefix, so it is evicted first;
+        # freed in one call, as v1's free_blocks (unhashed ones reach the head as one run)
+        dropped = [table.blocks[k] for k in range(stop - 1, i - 1, -1)]
+        dropped = [b for b in dropped if b != NULL_BLOCK]
+        self.pool.release(dropped)
+        for logical in range(i, stop):
+            table.blocks[logical] = NULL_BLOCK
+        self.dropped_blocks += len(dropped)
+        for b in dropped:
+            self._emit(tr.BlockReleased, seq_id, b, self.pool.ref_count(b))
         self._next_drop[seq_id] = stop
 
     def check_invariants(self) -> None:
@@ -123,4 +137,9 @@ class SlidingWindowManager(KVCacheManager):
         for seq_id, table in self._tables.items():
             named = sum(1 for b in table.blocks if b != NULL_BLOCK)
             keep = self.kept(table.num_tokens, self.num_computed_tokens(seq_id))
-            assert named == keep, f"seq {seq_id!r} names {named} blocks; the window keeps {keep}"
+            if self.slide_on_allocate:  # what it no longer reads goes at its next call
+                assert named >= keep, f"seq {seq_id!r} names {named} blocks, below {keep}"
+            else:
+                assert named == keep, (
+                    f"seq {seq_id!r} names {named} blocks; the window keeps {keep}"
+                )

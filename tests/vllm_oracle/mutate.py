@@ -1,12 +1,13 @@
 """Show that an oracle machine can fail: run it against pagedsim with one line changed.
 
-    .venv-vllm/bin/python -m tests.vllm_oracle.mutate [MACHINE ...]
+    .venv-vllm/bin/python -m tests.vllm_oracle.mutate [MUTANT ...]
 
-For each named machine (default: all) its mutant -- one line of pagedsim, changed in a
-copy in a temporary directory (the working tree is never touched) -- is imported in place
-of pagedsim, and the machine runs (generation only, no shrinking, derandomised) until the
-first disagreement with vLLM. It prints the change and after how many steps it failed;
-a mutant that survives 200 examples is reported as SURVIVED and the exit status is 1.
+For each named mutant (default: all) -- one line of pagedsim, changed in a copy in a
+temporary directory (the working tree is never touched) -- the copy is imported in place
+of pagedsim, and the mutant's machine runs (generation only, no shrinking, derandomised)
+until the first disagreement with vLLM. It prints the change and after how many steps it
+failed; a mutant that survives 200 examples is reported as SURVIVED and the exit status
+is 1. A mutant is named after its machine, or machine/what for a machine's further ones.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# machine -> (file under pagedsim/, the line as it is, the line mutated)
+# mutant -> (file under pagedsim/, the line as it is, the line mutated); the machine is the
+# name up to any "/"
 MUTANTS = {
     "PoolOracle": (
         "policies/cache_pool.py",
@@ -50,6 +52,17 @@ MUTANTS = {
         "return self.running.pop()",
         "return self.running.pop(0)",
     ),
+    # configurations the machine draws since it was widened (the narrow one let these pass)
+    "SchedulerOracle/long_prefill": (
+        "scheduler_v1.py",
+        "return min(left, budget, cap) if cap else min(left, budget)",
+        "return min(left, budget)",
+    ),
+    "SchedulerOracle/lookahead": (
+        "scheduler_v1.py",
+        "return max(0, min(self.num_lookahead_tokens, self.max_model_len - end))",
+        "return self.num_lookahead_tokens",
+    ),
 }
 
 
@@ -66,14 +79,16 @@ def mutated_copy(rel: str, old: str, new: str) -> str:
     return str(tmp)
 
 
-def run(machine: str) -> bool:
-    """Run one machine against its mutant; True when the mutant was caught."""
+def run(mutant: str) -> bool:
+    """Run a mutant's machine against it; True when the mutant was caught."""
+    machine = mutant.split("/")[0]
     from hypothesis import Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 
     from . import sides
 
     vllm = sides.load_vllm()
+    sides.STEPS_AGREED.pop(machine, None)  # this mutant's steps only
     for name in ("test_block_pool_oracle", "test_manager_oracle", "test_scheduler_oracle"):
         # by its full name: `from . import` would hand back the module of the last mutant
         module = importlib.import_module(f"tests.vllm_oracle.{name}")
@@ -97,9 +112,9 @@ def run(machine: str) -> bool:
         run_state_machine_as_test(lambda: cls(*args), settings=quick)
     except AssertionError as e:
         steps = sides.STEPS_AGREED.get(machine, 0)
-        print(f"{machine}: caught after {steps} agreed steps: {str(e).splitlines()[0]}")
+        print(f"{mutant}: caught after {steps} agreed steps: {str(e).splitlines()[0]}")
         return True
-    print(f"{machine}: SURVIVED 200 examples")
+    print(f"{mutant}: SURVIVED 200 examples")
     return False
 
 

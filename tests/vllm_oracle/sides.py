@@ -164,6 +164,12 @@ class SchedulerArgs(NamedTuple):
     max_num_seqs: int
     policy: str  # "fcfs" or "priority"
     max_model_len: int
+    long_prefill_token_threshold: int = 0  # 0: no cap on one request's prefill chunk
+    enable_prefix_caching: bool = True
+    num_lookahead_tokens: int = 0  # slots reserved past each request's tokens
+    # one KV cache group per entry: "full" attention or a "window" of sliding_window tokens
+    kv_cache_groups: tuple[str, ...] = ("full",)
+    sliding_window: int = 0
 
 
 def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
@@ -181,6 +187,7 @@ def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
             max_model_len=args.max_model_len,
             enable_chunked_prefill=True,
             policy=args.policy,
+            long_prefill_token_threshold=args.long_prefill_token_threshold,
             is_encoder_decoder=False,
             async_scheduling=False,
             # 0.34's default (True) admits a request only if its whole prompt fits; pagedsim's
@@ -191,27 +198,35 @@ def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
             model=model_dir, skip_tokenizer_init=True, max_model_len=args.max_model_len
         ),
         cache_config=config.CacheConfig(
-            block_size=args.block_size, cache_dtype="auto", enable_prefix_caching=True
+            block_size=args.block_size,
+            cache_dtype="auto",
+            enable_prefix_caching=args.enable_prefix_caching,
         ),
     )
     spec = vllm.spec
+    shape = dict(block_size=args.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float32)
     kv_cache_config = spec.KVCacheConfig(
         num_blocks=args.num_gpu_blocks,  # vLLM v1 KVCacheConfig's own name
         kv_cache_tensors=[],
         kv_cache_groups=[
             spec.KVCacheGroupSpec(
-                ["layer"],
-                spec.FullAttentionSpec(
-                    block_size=args.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float32
-                ),
+                [f"layer{i}"],
+                spec.FullAttentionSpec(**shape)
+                if kind == "full"
+                else spec.SlidingWindowSpec(sliding_window=args.sliding_window, **shape),
             )
+            for i, kind in enumerate(args.kv_cache_groups)
         ],
     )
     vllm_config.cache_config.num_gpu_blocks = args.num_gpu_blocks
-    return sched.Scheduler(
+    scheduler = sched.Scheduler(
         vllm_config=vllm_config,
         kv_cache_config=kv_cache_config,
         structured_output_manager=structured.StructuredOutputManager(vllm_config),
         block_size=args.block_size,
         log_stats=False,
     )
+    # vLLM takes lookahead slots from a speculative config (a drafter); the scheduler reads
+    # only this field to reserve them in allocate_slots, so it is set directly
+    scheduler.num_lookahead_tokens = args.num_lookahead_tokens
+    return scheduler
