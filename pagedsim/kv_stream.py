@@ -192,9 +192,9 @@ def batches_of_capture(data: bytes) -> list[Batch]:
 def read_any(path: Path, max_bytes: int) -> list[Batch] | None:
     """The batches of a capture or of JSON lines; None if the file is one JSON document
     with "snapshots" (a trace, not a stream). ValueError for anything else."""
-    if path.stat().st_size > max_bytes:
-        raise ValueError(f"larger than {max_bytes >> 20} MiB")
-    data = path.read_bytes()
+    from .io.trace_json import read_bounded
+
+    data = read_bounded(path, max_bytes, "stream")
     if data.startswith(MAGIC):
         return batches_of_capture(data)
     head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]

@@ -317,12 +317,12 @@ def _script(path: Path, p: ArgParser) -> list[str]:
     or not UTF-8 is a one-line usage error."""
     if not path.is_file():
         p.error(f"no such script: {printable(path)}")
-    with open(path, "rb") as f:
-        raw = f.read(MAX_SCRIPT_BYTES + 1)
-    if len(raw) > MAX_SCRIPT_BYTES:
-        p.error(
-            f"{printable(path)}: larger than {MAX_SCRIPT_BYTES:,} bytes, the most a script may be"
-        )
+    from ..io.trace_json import read_bounded
+
+    try:
+        raw = read_bounded(path, MAX_SCRIPT_BYTES, "script")
+    except ValueError as e:
+        p.error(f"{printable(path)}: {e}")
     try:
         return raw.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as e:

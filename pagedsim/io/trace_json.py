@@ -201,15 +201,24 @@ def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def read_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> bytes:
+    """A file's bytes, read only up to `max_bytes`: a larger file (a trace, a stream, a
+    script) is a ValueError before the rest of it is read."""
+    with open(path, "rb") as f:
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise ValueError(f"larger than {max_bytes:,} bytes, the most a {what} may be")
+    return raw
+
+
 def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any:
     """The JSON document in a trace file, read only up to `max_bytes` (default MAX_BYTES;
     one byte more is refused). ValueError naming the file and what is wrong: too large, not
     UTF-8, not JSON (NaN and Infinity are not), or nested too deeply for the parser."""
-    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise ValueError(f"{path}: larger than {max_bytes:,} bytes, the most a trace may be")
+    try:
+        raw = read_bounded(path, MAX_BYTES if max_bytes is None else max_bytes, "trace")
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     try:
         return json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:
