@@ -283,6 +283,12 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     return data
 
 
+def _trace_seqs(what: str, names: list[str], data: dict) -> None:
+    """ValueError unless `names` are sequences of the trace, each named once."""
+    if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
+        raise ValueError(f"{what} names a sequence twice or one not in the trace: {names}"[:200])
+
+
 def _host(rows, data: dict) -> list:
     """story["host"], checked: each step's swapped-out sequences are the trace's own, each
     named once, with at most the pool's block count (the page draws a tile per host block,
@@ -290,11 +296,7 @@ def _host(rows, data: dict) -> list:
     out = []
     for row in rows:
         row = [[str(q), int(n)] for q, n in row]
-        names = [q for q, _ in row]
-        if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
-            raise ValueError(
-                f"story.host names a sequence twice or one not in the trace: {names}"[:200]
-            )
+        _trace_seqs("story.host", [q for q, _ in row], data)
         if not all(0 <= n <= data["nb"] for _, n in row):
             raise ValueError(
                 f"story.host: a sequence holds 0..{data['nb']} blocks, got {row}"[:200]
@@ -310,11 +312,7 @@ def _timeline(rows, data: dict, steps: int) -> list:
     out: list[tuple[str, int, list[int], int]] = [
         (str(q), int(a), sorted({int(x) for x in pre}), int(end)) for q, a, pre, end in rows
     ]
-    names = [q for q, _, _, _ in out]
-    if len(set(names)) != len(names) or not set(names) <= set(data["seqs"]):
-        raise ValueError(
-            f"story.timeline names a sequence twice or one not in the trace: {names}"[:200]
-        )
+    _trace_seqs("story.timeline", [q for q, _, _, _ in out], data)
     for q, _, pre, end in out:
         if not all(0 <= x < steps for x in pre) or not -1 <= end < steps:
             raise ValueError(
