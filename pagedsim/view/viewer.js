@@ -95,7 +95,7 @@
   const body = document.body;
   if (NB > 256) body.classList.add("big");
   const top = el("header", { id: "top" });
-  top.append(el("span", { id: "title" }, plain(D.title)), el("span", { id: "version" }, plain(D.version)));
+  top.append(el("span", { id: "title" }, D.title), el("span", { id: "version" }, D.version));
   const controls = el("div", { id: "controls" });
   const bPrev = el("button", { id: "prev", title: "ArrowLeft" }, "\u25c0 " + UI.Prev);
   const bPlay = el("button", { id: "play", title: "Space" }, "\u25b6 " + UI.Play);
@@ -378,7 +378,7 @@
   function makeRow(q) {
     const row = el("div", { class: "table t" + D.colour[q], "data-seq": D.seqs[q] });
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
-    row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
+    row.append(el("span", { class: "seq" }, D.seqs[q]), ntok, list);
     return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, look: "", seen: false });
   }
   function setCell(c, b) {
@@ -667,7 +667,7 @@
     for (const [q, n] of row) {
       const k = D.seqs.indexOf(q);
       for (let j = 0; j < n; j++) {
-        const t = el("span", { class: "hb" + (k >= 0 ? " o" + D.colour[k] : ""), "data-host-seq": q }, plain(q) + ":" + j);
+        const t = el("span", { class: "hb" + (k >= 0 ? " o" + D.colour[k] : ""), "data-host-seq": q }, q + ":" + j);
         list.append(t);
       }
     }
@@ -748,7 +748,7 @@
       track.append(el("i", { class: "tl-arrived", title: q + " arrived" }), run);
       for (const p of pre) { const m = el("i", { class: "tl-pre", title: q + " " + UI.preempted + " @ " + STEPS[p].n }); m.style.left = at(p); track.append(m); }
       if (end >= 0) { const m = el("i", { class: "tl-end", title: q + " finished @ " + STEPS[end].n }); m.style.left = at(end); track.append(m); }
-      row.append(el("span", { class: "tl-name" }, plain(q)), track);
+      row.append(el("span", { class: "tl-name" }, q), track);
       rowsEl.append(row);
     }
     rowsEl.append(tlNow);
