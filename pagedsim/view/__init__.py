@@ -148,6 +148,7 @@ UI_ZH = {
     "shared (ref count > 1)": "共享（引用计数 > 1）",
     "cached (free, prefix cache)": "已缓存（空闲，前缀缓存）",
     "free-list head": "空闲链表表头",
+    "cached by vLLM's prefix cache (chip: its hash)": "已被 vLLM 前缀缓存（标签：其哈希）",
 }
 UI_KEYS = tuple(UI_ZH)
 

@@ -757,8 +757,12 @@
   function drawNow() { if (D.timeline) tlNow.style.left = "calc(5em + (100% - 5em) * " + (cur / Math.max(1, N - 1)).toFixed(4) + ")"; }
 
   // ---- the legend: what each look means ------------------------------------------------------
-  function drawLegend() {
-    const items = [
+  function drawLegend() { // a stream has no owners, ref counts or free list: its legend says less
+    const items = D.stream ? [
+      ["cached", UI["cached by vLLM's prefix cache (chip: its hash)"]],
+      ["free", UI.free],
+      ["touched", UI["changed this step"]],
+    ] : [
       ["owned", D.seqs.length ? UI["a sequence's colour"] : UI.owners],
       ["shared", UI["shared (ref count > 1)"]],
       ["free", UI.free],
@@ -771,6 +775,7 @@
       li.append(el("span", { class: "swatch " + k }), document.createTextNode(text));
       legend.append(li);
     }
+    if (D.stream) { poolPane.append(legend); return; } // its left column is hidden
     const badge = el("li", { "data-look": "badge" });
     badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"] + (BIG ? " (> 1)" : "")));
     legend.append(badge);

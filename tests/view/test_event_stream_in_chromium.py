@@ -93,3 +93,29 @@ def test_a_live_page_reloads_itself_and_follows_the_newest_event(open_page):
     assert loaded.page.evaluate("location.hash") == f"#step={last - 1}"
     assert "refresh" not in page_html(stream_page.page_data(batches))
     loaded.check_clean()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (3840, 2160)])
+@pytest.mark.parametrize("mode", ["", "&present"])
+def test_a_stream_page_has_its_legend_and_fitted_tiles_in_both_modes(open_page, size, mode):
+    """A stream page hides the left column (no tables), so its legend sits under the tiles;
+    presentation mode fits the 16 tiles to the screen as squares, as it does a tour's."""
+    html = page_html(stream_page.page_data(ks.batches_of_capture(RECORDING.read_bytes())))
+    loaded = open_page(html, fragment="#step=2" + mode, viewport=size)
+    page = loaded.page
+    legend = page.evaluate(
+        """() => { const e = document.querySelector('#legend'), r = e.getBoundingClientRect();
+                   return {shown: e.offsetParent !== null && r.bottom <= innerHeight,
+                           looks: [...e.children].map((li) => li.dataset.look)}; }"""
+    )
+    assert legend == {"shown": True, "looks": ["cached", "free", "touched"]}, legend
+    tiles = page.evaluate(
+        """() => [...document.querySelectorAll('#blocks .block')].map((e) => {
+                   const r = e.getBoundingClientRect(); return [r.width, r.height]; })"""
+    )
+    assert len(tiles) == 16
+    if mode:
+        area = sum(w * h for w, h in tiles) / (size[0] * size[1])
+        assert all(0.8 <= w / h <= 1.25 for w, h in tiles), tiles[:2]
+        assert area >= 0.25, area  # the tiles fill the screen, not a strip of it
+    loaded.check_clean()
