@@ -3,14 +3,12 @@
     PYTHONPATH=. python benchmarks/bench_engine.py [--big] [--backend numpy]
     PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers [--big]
 
-Two models, both through the same loader as any Hugging Face checkpoint: `shipped`, the
-character-level Shakespeare model `pagedsim generate` serves, and with --big `100m`, a
-random bf16 Llama checkpoint of about 100M parameters written to a temporary folder.
-Each run generates `--tokens` greedy tokens for `--requests` prompts of `--prompt` tokens,
-all decoded together; it reports wall time and tokens / s of the paged and dense engines
-(docs/commands.md has the figures). --vs-transformers compares with transformers on the
-CPU, each side in a fresh process: tokens per CPU-second and peak memory
-(benchmarks/README.md has the method and the figures).
+Two models through the Hugging Face loader: `shipped`, the character-level Shakespeare
+model `pagedsim generate` serves, and with --big `100m`, a random bf16 Llama of ~100M
+parameters in a temporary folder. `--tokens` greedy tokens for `--requests` prompts of
+`--prompt` tokens, decoded together: wall time and tokens / s of the paged and dense
+engines. --vs-transformers: tokens per CPU-second and peak memory beside transformers, each
+side in a fresh process (benchmarks/README.md has the method and the figures).
 """
 
 from __future__ import annotations
@@ -62,21 +60,11 @@ def write_random_llama(directory: Path, seed: int = 0) -> Path:
         }.items():
             t[f"{p}{name}_proj.weight"] = w(*shape)
     save_file(t, str(directory / "model.safetensors"))
-    config = dict(
-        architectures=["LlamaForCausalLM"],
-        model_type="llama",
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=True,
-        hidden_act="silu",
-        torch_dtype="bfloat16",
-    )
+    config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab)
+    config.update(hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers)
+    config.update(num_attention_heads=heads, num_key_value_heads=kv_heads, rms_norm_eps=1e-5)
+    config.update(rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu")
+    config.update(torch_dtype="bfloat16")
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     return directory
 
