@@ -60,11 +60,21 @@ def write_random_llama(directory: Path, seed: int = 0) -> Path:
         }.items():
             t[f"{p}{name}_proj.weight"] = w(*shape)
     save_file(t, str(directory / "model.safetensors"))
-    config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab)
-    config.update(hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers)
-    config.update(num_attention_heads=heads, num_key_value_heads=kv_heads, rms_norm_eps=1e-5)
-    config.update(rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu")
-    config.update(torch_dtype="bfloat16")
+    config = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        torch_dtype="bfloat16",
+    )
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     return directory
 
