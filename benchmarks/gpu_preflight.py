@@ -49,11 +49,10 @@ def parse(version: str | None) -> tuple:
 
 
 def fakes() -> dict:
-    out = {}
-    for item in filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(",")):
-        name, _, version = item.partition("=")
-        out[name.strip()] = version.strip() or None
-    return out
+    """{name: version} from PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10"."""
+    items = filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(","))
+    pairs = (item.partition("=") for item in items)
+    return {name.strip(): version.strip() or None for name, _, version in pairs}
 
 
 def installed() -> dict:
