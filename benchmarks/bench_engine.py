@@ -3,14 +3,12 @@
     PYTHONPATH=. python benchmarks/bench_engine.py [--big] [--backend numpy]
     PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers [--big]
 
-Two models, both through the same loader as any Hugging Face checkpoint: `shipped`, the
-character-level Shakespeare model `pagedsim generate` serves, and with --big `100m`, a
-random bf16 Llama checkpoint of about 100M parameters written to a temporary folder.
-Each run generates `--tokens` greedy tokens for `--requests` prompts of `--prompt` tokens,
-all decoded together; it reports wall time and tokens / s of the paged and dense engines
-(docs/commands.md has the figures). --vs-transformers compares with transformers on the
-CPU, each side in a fresh process: tokens per CPU-second and peak memory
-(benchmarks/README.md has the method and the figures).
+Two models through the Hugging Face loader: `shipped`, the character-level Shakespeare
+model `pagedsim generate` serves, and with --big `100m`, a random bf16 Llama of ~100M
+parameters in a temporary folder. `--tokens` greedy tokens for `--requests` prompts of
+`--prompt` tokens, decoded together: wall time and tokens / s of the paged and dense
+engines. --vs-transformers: tokens per CPU-second and peak memory beside transformers, each
+side in a fresh process (benchmarks/README.md has the method and the figures).
 """
 
 from __future__ import annotations

@@ -3,13 +3,11 @@
     python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--workers 1 2]
         [--checker lean autoload warm] [--json]
 
-A generated class (half the files the reference solution with a comment added, half the
-untouched stub, so both paths run), graded with the real checks in the default isolation,
-with each number of workers in turn: wall time, jobs per minute, mean and median job time,
-the speed-up of the last run over the first, and core-hours per class size from the last
-1-worker run. `--checker` compares, side by side: lean (a cold checker per job), autoload
-(every pytest plugin, as before issue 42) and warm (forked from the worker's warm process,
-course/grade_warm.py). The defaults grade 8 jobs twice, about 2 minutes.
+A generated class (half the files the reference solution, half the stub), graded with the
+real checks in the default isolation, with each number of workers in turn: wall time, jobs
+per minute, mean and median job time, the last run's speed-up over the first, core-hours
+per class size from the last 1-worker run. `--checker` compares lean, autoload and warm
+side by side. The defaults grade 8 jobs twice, about 2 minutes.
 """
 
 from __future__ import annotations

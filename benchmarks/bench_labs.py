@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from functools import partial
 
 from pagedsim import workloads
 from pagedsim.labs import sweep, waste
@@ -35,15 +36,13 @@ def main() -> None:
     args = ap.parse_args()
     reqs = workloads.synthetic("sharegpt", NUM_REQUESTS, seed=0)
     results = {
-        "waste_static_s": best_of(args.repeats, lambda: waste.breakdown(reqs, 16, 2048, "static")),
+        "waste_static_s": best_of(args.repeats, partial(waste.breakdown, reqs, 16, 2048, "static")),
         "waste_continuous_s": best_of(
-            args.repeats, lambda: waste.breakdown(reqs, 16, 2048, "continuous")
+            args.repeats, partial(waste.breakdown, reqs, 16, 2048, "continuous")
         ),
-        "sweep_s": best_of(args.repeats, lambda: sweep.sweep(reqs)),
+        "sweep_s": best_of(args.repeats, partial(sweep.sweep, reqs)),
     }
-    results["total_s"] = (
-        results["waste_static_s"] + results["waste_continuous_s"] + results["sweep_s"]
-    )
+    results["total_s"] = sum(results.values())
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -2,17 +2,13 @@
 
     python benchmarks/bench_manager.py [--repeats 7] [--requests 4000] [--trace-on] [--json]
 
-The churn workload: 65,536 blocks of 16 tokens; 4,000 requests with lognormal prompt and
-output lengths (means near 160 and 340, clipped to [1, 2048], seed 0); up to 256 running;
-each step admits what fits, appends one token to every running sequence and frees the
-finished. The *floor* is the least bookkeeping can do: a list as a stack of free ids, a
-dict of block lists and one of lengths (no ref counts, validation, slots or tracing).
-
-The schedule is worked out before any timing; every contender replays it in lockstep,
-chunks of 16 steps timed for each in turn (the order rotating), so a burst of load falls on
-all alike. Time is CPU time; one repetition gives each contender floor_time / its time, and
-the median over repetitions is reported with the lowest and highest. The two figures that
-matter, tracing off: the batch `decode_step` and the per-call `append_tokens(seq, 1)`.
+The churn workload: 65,536 blocks of 16 tokens; 4,000 requests with lognormal lengths;
+up to 256 running; each step admits what fits, appends one token to every running
+sequence and frees the finished. The *floor*: a list as a stack of free ids, a dict of
+block lists and one of lengths (no ref counts, validation, slots or tracing). Every
+contender replays the precomputed schedule in lockstep chunks of 16 steps (the order
+rotating), so a burst of load falls on all alike; each repetition gives floor CPU time /
+its CPU time, reported as the median, lowest and highest over repetitions.
 """
 
 from __future__ import annotations
@@ -130,7 +126,7 @@ CONTENDERS: dict[str, tuple[str, Callable[[], object]]] = {
 
 
 def replay(names: list[str], steps: list[Step]) -> dict[str, float]:
-    """Replay `steps` on a fresh instance of each contender, in lockstep chunks; CPU seconds."""
+    """CPU seconds of each contender replaying `steps` on a fresh instance, in lockstep chunks."""
     impls = [CONTENDERS[k][1]() for k in names]
     seconds = [0.0] * len(impls)
     clock = time.process_time

@@ -58,24 +58,13 @@ def run(chat, block_size=16, num_gpu_blocks=4096) -> dict:
                 m.append_tokens((c, t), len(computed), **ids)
             m.free_sequence((c, t))
             history[c] = prompt + resp
-        per_turn.append(
-            {
-                "turn": t + 1,
-                "prompt_tokens": prompt_total,
-                "hit_tokens": hit_total,
-                "computed_prefill_tokens": prompt_total - hit_total,
-            }
-        )
+        turn = {"turn": t + 1, "prompt_tokens": prompt_total, "hit_tokens": hit_total}
+        per_turn.append({**turn, "computed_prefill_tokens": prompt_total - hit_total})
     total_p = sum(r["prompt_tokens"] for r in per_turn)
     total_h = sum(r["hit_tokens"] for r in per_turn)
-    return {
-        "prompt_tokens": total_p,
-        "hit_tokens": total_h,
-        "hit_fraction": total_h / total_p,
-        "computed_prefill_tokens": total_p - total_h,
-        "per_turn": per_turn,
-        "generated_ids_reach_cache": with_ids,
-    }
+    out = {"prompt_tokens": total_p, "hit_tokens": total_h, "hit_fraction": total_h / total_p}
+    out.update(computed_prefill_tokens=total_p - total_h, per_turn=per_turn)
+    return {**out, "generated_ids_reach_cache": with_ids}
 
 
 def main() -> None:

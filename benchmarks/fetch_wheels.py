@@ -4,10 +4,9 @@
                                                          # while the total stays < 40 MiB
     python benchmarks/fetch_wheels.py --python 3.10 --cuda 12 [--dest DIR]
 
-One folder per Python (the wheels are CPython-version specific), wheels/pyX.Y with a
-requirements.txt pinning what was fetched; benchmarks/README.md ("The wheels") says what a
-set (`wanted`) holds. Not numba nor llvmlite: every GPU image has numba >= 0.60, and
-llvmlite alone is 57 MiB.
+One folder per Python (the wheels are CPython-version specific), wheels/pyX.Y, with a
+requirements.txt pinning what was fetched (benchmarks/README.md, "The wheels"). Not numba
+nor llvmlite: every GPU image has numba >= 0.60, and llvmlite alone is 57 MiB.
 """
 
 from __future__ import annotations

@@ -5,17 +5,16 @@
     python benchmarks/gpu_attention.py --dry-run         # the simulator: checks the script
     ... --phases prefill,decode --out DIR                # a subset, in run order
 
-benchmarks/README.md is the reference (the preflight, the phases and budgets, the timing
-method, issue 24's targets). Writes r.json (after every phase), r.md and log.txt under --out
-DIR (default $OUT, else ./out). A configuration is timed only after its device check against
-the float64 reference passed. Exit 1 when a kernel disagreed or a phase failed; on the
-simulator it refuses (exit 2) unless --dry-run, whose timings are null.
+benchmarks/README.md is the reference (preflight, phases and budgets, timing, targets). A
+configuration is timed only after its device check passed. Exit 1 when a kernel disagreed
+or a phase failed; on the simulator it refuses (exit 2) unless --dry-run (null timings).
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,12 +24,45 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_output  # noqa: E402  (imports no numba: the log starts before the preflight)
 import gpu_preflight  # noqa: E402  (imports no numba: it must run before cuda_kernels can fail)
+
+JSON, SUMMARY, LOG = "r.json", "r.md", "log.txt"  # the lent GPU machine returns only $OUT
+
+
+def out_dir(argv: list[str]) -> Path:
+    """--out DIR (or --out=DIR) from argv, else $OUT, else ./out; created."""
+    folder = os.environ.get("OUT") or "out"
+    for i, arg in enumerate(argv):
+        if arg == "--out" and i + 1 < len(argv):
+            folder = argv[i + 1]
+        elif arg.startswith("--out="):
+            folder = arg.split("=", 1)[1]
+    path = Path(folder)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class _Tee:
+    """A stream that also writes to the log, flushed at once (an os.execv loses no line)."""
+
+    def __init__(self, stream, log):
+        self.stream, self.log = stream, log
+
+    def write(self, text):
+        self.log.write(text)
+        self.log.flush()
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
 
 PREFLIGHT: dict = {}
 if __name__ == "__main__":  # an old numba-cuda is replaced from the carried wheels, or stops
-    gpu_output.tee(gpu_output.out_dir(sys.argv[1:]))  # here in one line, not in an ImportError
+    # here in one line, not in an ImportError; the log is appended to, so a run that starts
+    # itself again after installing wheels keeps one log
+    log = open(out_dir(sys.argv[1:]) / LOG, "a")  # noqa: SIM115  (open for the process's life)
+    sys.stdout, sys.stderr = _Tee(sys.stdout, log), _Tee(sys.stderr, log)
     PREFLIGHT = gpu_preflight.require(install_wheels=True)
 
 import cuda_kernels as ck  # noqa: E402, I001  (first of the numba users: it picks the backend)
@@ -320,7 +352,7 @@ def failures(report: dict) -> list[str]:
 
 def _write(report: dict, out: Path) -> None:
     """out/r.json, after every phase: a run cut short keeps what it measured."""
-    (out / gpu_output.JSON).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / JSON).write_text(json.dumps(report, indent=1, default=str) + "\n")
 
 
 def _collect_compile(report: dict, pending) -> None:
@@ -352,7 +384,7 @@ def main(argv=None) -> int:
     }
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
     phases = _phases(args, report, began)  # an unknown phase stops here, nothing written
-    out = gpu_output.out_dir(["--out", args.out] if args.out else [])
+    out = out_dir(["--out", args.out] if args.out else [])
     report["out"] = str(out)
     budget = budgets([name for name, _ in phases], args.first_run)
     report["budgets_s"] = budget
@@ -371,7 +403,7 @@ def main(argv=None) -> int:
     report["targets"] = gpu_summary.targets(report)
     _write(report, out)
     summary = gpu_summary.markdown(report)
-    (out / gpu_output.SUMMARY).write_text(summary + "\n")
+    (out / SUMMARY).write_text(summary + "\n")
     print(summary)
     failed = failures(report)
     if failed:

@@ -1,10 +1,7 @@
-"""Shared pieces of the GPU benchmarks (gpu_attention.py, gpu_labs.py, ...): the event timer
-(`time_ms`), random device buffers (`filled`), the check against the reference (`close`),
-the timed decode launch (`decode_launch`, `auto_launch`), the read-only roofline kernel, the
-per-phase time guard (`Phases`, `CompileClock`) and the working-set rotation past the L2.
-
-Import order: `cuda_kernels` comes before anything from numba, so this module chooses the
-backend itself (a GPU, else the simulator) whichever script imports it first.
+"""Shared pieces of the GPU benchmarks: the event timer, random device buffers, the check
+against the reference, the timed decode launch, the read-only roofline kernel, the per-phase
+time guard and the working-set rotation past the L2. `cuda_kernels` is imported before
+numba, so this module picks the backend (a GPU, else the simulator) whoever imports it.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
@@ -99,10 +96,10 @@ class CompileClock:
 
 
 class Phases:
-    """The per-phase time guard. `run(name, budget_s, fn)` calls fn(guard) when budget_s
-    fits in what is left of total_s, else records why it skipped; fn may call guard.left()
-    to stop early. An exception ends that phase only (recorded: error, traceback). `record`
-    holds per phase: seconds, compile_s, compiles, or skipped. `began`: the run's start."""
+    """The per-phase time guard: `run(name, budget_s, fn)` calls fn(guard) when budget_s fits
+    in what is left of total_s (fn may stop early on guard.left()), else records the skip.
+    An exception ends that phase only. `record`: per phase seconds, compile_s, compiles,
+    or skipped, or error and traceback."""
 
     def __init__(
         self, total_s: float = TOTAL_S, clock=time.perf_counter, began: float | None = None
@@ -219,9 +216,8 @@ def roofline_reads_every_byte_once(rng, dry: bool) -> bool:
 
 
 class PagedKV(NamedTuple):
-    """`batch` sequences of `context` tokens on the device: K/V caches [N, 2, H_kv, B, D]
-    (enough rotated copies to pass 4x the L2 when timed), a block table scattering each
-    sequence over the pool, the lengths, and the K/V bytes one pass reads."""
+    """`batch` sequences on the device: K/V caches [N, 2, H_kv, B, D] (rotated copies past
+    4x the L2 when timed), a scattered block table, the lengths, the K/V bytes of a pass."""
 
     caches: list
     table: object
@@ -293,9 +289,8 @@ def close(out, want, tol) -> bool:
 
 def time_ms(launches, runs: int, timed: bool, left=None):
     """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
-    cycling through `launches` (rotated buffers), one launch queued before the start event
-    (Python's launch overhead hidden). Sampling stops when the slowest sample so far would
-    not fit in `left()` seconds; None untimed or with no sample."""
+    cycling through `launches`, one queued before the start event; sampling stops when the
+    slowest sample so far would not fit in `left()` s. None untimed or with no sample."""
     launches = launches if isinstance(launches, list) else [launches]
     if timed:  # compile and warm up; untimed (a dry run), the samples are the only launches
         for launch in launches:

@@ -1,16 +1,9 @@
 """The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
-any of them times anything, and the seconds it took, per phase and in total.
-
-    warm(rng, grid, dim, dry, left)   on a GPU: run each phase's device checks, in this
-                                      process, so the timed phases find their kernels compiled
-    seconds(workers, budget_s)        without a GPU (the dry run): compile to PTX, measured
-    budget_s(phases, first_run)       the compile phase's budget, from compile_measured.json
-    python benchmarks/gpu_compile.py --measure [--kernels] [--ladder]   rewrites that file
-
-benchmarks/README.md says why not in parallel processes (numba's on-disk cache never
-finds these closures' kernels). `seconds` runs `report --compile-only` children that
-compile to PTX for sm_90 and stream one row per kernel, stopped at budget_s; each row
-goes to the phase that launches it (`PHASE_OF`).
+any of them times anything, and the seconds it took, per phase and in total. On a GPU,
+`warm` runs each phase's device checks in this process; without one, `seconds` compiles to
+PTX in `report --compile-only` children; `budget_s` is the phase's budget, from
+compile_measured.json, which `python benchmarks/gpu_compile.py --measure` rewrites.
+benchmarks/README.md says why not in parallel processes on the GPU.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
@@ -157,9 +150,8 @@ def _command(extra: list[str], workers: int) -> list[str]:
 
 
 def _stream(extra: list[str], workers: int, deadline: float) -> tuple[list[str], list[dict]]:
-    """(planned kernel names, rows done) of one `report --compile-only` child, which prints
-    one JSON line per kernel; at `deadline` (perf_counter) the child and its workers are
-    stopped and the lines printed so far are kept."""
+    """(planned kernel names, rows done) of one `report --compile-only` child (one JSON line
+    per kernel); at `deadline` (perf_counter) it is stopped, the lines printed kept."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     child = subprocess.Popen(
         _command(extra, workers),
@@ -195,14 +187,15 @@ def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
     planned = [name for names, _ in parts for name in names]
     rows = [row for _, done in parts for row in done]
     measured = {row["kernel"] for row in rows}
+    left_out = [name for name in planned if name not in measured]
     phases = by_phase(rows)
     slowest = max(rows, key=lambda r: r["compile_s"]) if rows else None
     return {
         "how": "ptx",
         "phases": phases,
         "total_s": round(sum(p["compile_s"] for p in phases.values()), 1),
-        "complete": bool(planned) and not [n for n in planned if n not in measured],
-        "left_out": [name for name in planned if name not in measured],
+        "complete": bool(planned) and not left_out,
+        "left_out": left_out,
         "budget_s": budget_s,
         "kernels": len(rows),
         "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
@@ -215,8 +208,8 @@ def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
 
 
 def warm_steps(rng, grid, dim: int, dry: bool, layouts=LAYOUTS) -> dict:
-    """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
-    small instance) and so compiles what the phase will time."""
+    """{phase: [step]}: each step runs a device check or an untimed small instance, and so
+    compiles what the phase will time."""
     decode = [
         partial(check_config, rng, case, dim, mode, layout, dry, path)
         for case in grid  # (batch, context, heads, kv_heads, dtype)
@@ -255,9 +248,8 @@ def warm_steps(rng, grid, dim: int, dry: bool, layouts=LAYOUTS) -> dict:
 
 
 def warm(rng, grid, dim: int, dry: bool, phases=None, left=None, layouts=LAYOUTS) -> dict:
-    """Compile, in this process, every kernel the named phases (default: all) will launch,
-    by running their checks, until `left()` reaches 0. A step that raises is only counted:
-    its phase runs it again and reports it."""
+    """Compile in this process what the named phases (default: all) launch, by running their
+    checks, until `left()` reaches 0. A step that raises is only counted (its phase reports)."""
     began, left_out = time.perf_counter(), []
     guard = common.Phases(float("inf"))
 

@@ -48,18 +48,13 @@ def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
     write_ms = common.time_ms(write, runs, timed) if write_ok else None
     written = 2 * 2 * key.nbytes  # K and V, read + write
-    return [
-        {
-            "kernel": name,
-            "dtype": dtype,
-            "checked_on_device": ok,
-            "bytes_moved": n,
-            "median_ms": ms,
-            "gb_per_s": n / ms / 1e6 if ms else None,
-            "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None,
-        }
-        for name, n, ms, ok in (
-            ("copy_blocks", copied, copy_ms, copy_ok),
-            ("write_kv", written, write_ms, write_ok),
-        )
-    ]
+    rows = []
+    for name, n, ms, ok in (
+        ("copy_blocks", copied, copy_ms, copy_ok),
+        ("write_kv", written, write_ms, write_ok),
+    ):
+        gbs = n / ms / 1e6 if ms else None
+        row = {"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n}
+        pct = 100 * gbs / copy_gbs if gbs and copy_gbs else None
+        rows.append({**row, "median_ms": ms, "gb_per_s": gbs, "pct_of_copy": pct})
+    return rows

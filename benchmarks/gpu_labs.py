@@ -3,10 +3,10 @@
     python benchmarks/gpu_labs.py --out labs.json            # on a GPU, < 5 minutes
     python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK
 
-layouts: the decode kernel over fused / split / nhd / vllm caches of the same numbers
-(checked equal first); alignment: pools 0..128 bytes off a 128-B boundary; allocators:
-cas, atomic_add, prefix_sum and racy at 1k..1M concurrent requests (racy: ids handed out
-twice); pre-allocation: N device_array calls vs one pool. Median of CUDA event times.
+layouts: the decode kernel over fused / split / nhd / vllm caches of the same numbers;
+alignment: pools 0..128 bytes off a 128-B boundary; allocators: cas, atomic_add,
+prefix_sum and racy (ids handed out twice) at 1k..1M requests; pre-allocation: N
+device_array calls vs one pool. Median of CUDA event times.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -51,8 +51,7 @@ DRY = dict(
 
 
 def _timed(launch, runs: int, timed: bool, reset=None) -> float | None:
-    """Median milliseconds of `launch()` between CUDA events (after one warm-up); untimed
-    (a dry run), one launch."""
+    """Median ms of `launch()` between CUDA events after one warm-up; untimed, one launch."""
     times = []
     for i in range(runs + 1 if timed else 1):
         if reset is not None:
@@ -241,24 +240,20 @@ def run(dry_run: bool, left=None) -> dict:
     rng = np.random.default_rng(0)
     began = time.perf_counter()
     problem = _problem(cfg, rng)
-    result = {
-        "backend": cuda_kernels.backend(),
-        "dry_run": dry_run,
-        "config": cfg,
-        "device": common.device_name() if timed else None,
-        "skipped": [],
-    }
+    device = common.device_name() if timed else None
+    result = {"backend": cuda_kernels.backend(), "dry_run": dry_run, "config": cfg}
+    result.update(device=device, skipped=[])
     sections = {
-        "layouts": lambda: bench_layouts(cfg, problem, timed),
-        "alignment": lambda: bench_alignment(cfg, problem, timed),
-        "allocators": lambda: bench_allocators(cfg, rng, timed),
-        "prealloc": lambda: bench_prealloc(cfg, timed),
+        "layouts": partial(bench_layouts, cfg, problem, timed),
+        "alignment": partial(bench_alignment, cfg, problem, timed),
+        "allocators": partial(bench_allocators, cfg, rng, timed),
+        "prealloc": partial(bench_prealloc, cfg, timed),
     }
     for name, section in sections.items():
         if left is not None and left() < SECTION_S[name]:
             result["skipped"].append(name)
-            continue
-        result[name] = section()
+        else:
+            result[name] = section()
     result["wall_s"] = time.perf_counter() - began if timed else None
     return result
 

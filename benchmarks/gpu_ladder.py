@@ -1,10 +1,7 @@
-"""The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder` timed on one
-decode batch, as % of the read roofline (a read-only kernel over the same K/V bytes).
-
-LADDER_CASE's K/V are 268 MB, over 5x the L2; rungs 1-4 (slow by design) are timed on
-SMALL_CASE. Each rung is checked against the float64 reference before it is timed through
-`Rung.launch` (host checks done once, outside the timing), and the time guard is checked
-before every sample. Each row carries the share cuda_kernels/README.md predicts.
+"""The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder`, checked against
+the float64 reference, then timed on one decode batch (LADDER_CASE's K/V: 268 MB, over 5x
+the L2; rungs 1-4, slow by design, on SMALL_CASE) as % of the read roofline, next to the
+share cuda_kernels/README.md predicts. The time guard is checked before every sample.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)

@@ -1,16 +1,10 @@
 """The paged-prefill row of the GPU benchmark (`gpu_attention.py` runs it), and its peers.
 
-A batch of prompts, each with `new` new tokens behind a cached prefix of `prefix` tokens
-(a prefix-cache hit), GQA, block_size 16, a shuffled block table, launched through
-`prefill.launcher` (no host checks). FLOPs: 4 x head_dim per (query head, attended
-position); query token i attends prefix + i + 1 positions. The row times path="auto" and
-says which kernel it ran (`path_ran`); `fp16_out` is the same with out_dtype=float16, what
-SDPA writes (the SDPA target compares it); `by_path` times each fixed path; the peers'
-rows (torch SDPA, flash_attn, FlashInfer) follow.
-
-The wgmma row (`wgmma_row`) runs in a child process with a timeout (WGMMA_TIMEOUT_S), so
-that a fault or a hang cannot take the benchmark down: it is compared with the tensor
-path's output on the timed shape, checked against the float64 reference, then timed.
+Prompts of `new` tokens behind a cached prefix of `prefix` tokens, GQA, a shuffled block
+table, launched through `prefill.launcher` (no host checks); FLOPs: 4 x head_dim per (query
+head, attended position). The row times path="auto" (`path_ran`: the kernel it ran);
+`fp16_out` writes float16 as SDPA does; `by_path` times each fixed path. The wgmma row runs
+in a child process with a timeout, so a fault or a hang cannot take the benchmark down.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -118,14 +112,12 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     auto = timed_path("auto")
     half = timed_path("auto", "float16")  # SDPA's own output dtype: the like-for-like row
     ms = auto["median_ms"]
+    keys = ("batch", "new_tokens", "cached_prefix", "heads", "kv_heads")
+    shape = dict(zip(keys, case[:5], strict=True))
     return [
         {
             "kernel": "paged_prefill",
-            "batch": batch,
-            "new_tokens": new,
-            "cached_prefix": prefix,
-            "heads": heads,
-            "kv_heads": kv_heads,
+            **shape,
             "group": heads // kv_heads,
             "head_dim": dim,
             "dtype": dtype,
@@ -259,23 +251,15 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
         f"{'' if agree else ' (disagrees: not timed)'}",
         file=sys.stderr,
     )
-    row = {
-        "path": "wgmma",
-        "path_ran": "wgmma",
-        "max_abs_diff_vs_tensor": diff,
-        "agrees_with_tensor": agree,
-        "median_ms": None,
-    }
+    row = {"path": "wgmma", "path_ran": "wgmma", "max_abs_diff_vs_tensor": diff}
+    row.update(agrees_with_tensor=agree, median_ms=None)
     row["checked_on_device"] = agree and check_prefill(
         rng, heads, kv_heads, dim, dtype, dry, "wgmma"
     )
+    if not agree:
+        return {**row, "skipped": "disagrees with the tensor path"}
     if not row["checked_on_device"]:
-        return {
-            **row,
-            "skipped": "disagrees with the tensor path"
-            if not agree
-            else "differs from the float64 reference on the ragged check batch",
-        }
+        return {**row, "skipped": "differs from the float64 reference on the ragged check batch"}
     ms = common.time_ms(launches(p, dim, outs["wgmma"], "wgmma"), runs, timed)
     return {**row, **timings(p.flops, ms)}
 

@@ -2,13 +2,10 @@
 
     python benchmarks/gpu_preflight.py [--install]   # prints; exits 0, or 3 when it cannot run
 
-Nothing here imports numba.cuda (the driver and runtime are read through ctypes, the
-packages through importlib.metadata), so an old numba-cuda cannot break it; gpu_attention.py
-runs `require(install_wheels=True)` first. benchmarks/README.md states the floors (a stop,
-exit 3, one line with the fix), the warnings, and the offline install from the carried
-wheels, after which the script starts again. PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,
-python=3.10,driver=12.4" replaces what is installed; the install is then resolved offline
-for the faked Python (`pip install --dry-run --target`), never made.
+Nothing here imports numba.cuda (ctypes reads the driver and runtime), so an old numba-cuda
+cannot break it. benchmarks/README.md states the floors, the warnings and the offline
+install. PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10,driver=12.4" replaces what
+is installed; the install is then only resolved offline for the faked Python.
 """
 
 from __future__ import annotations
@@ -52,11 +49,10 @@ def parse(version: str | None) -> tuple:
 
 
 def fakes() -> dict:
-    out = {}
-    for item in filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(",")):
-        name, _, version = item.partition("=")
-        out[name.strip()] = version.strip() or None
-    return out
+    """{name: version} from PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10"."""
+    items = filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(","))
+    pairs = (item.partition("=") for item in items)
+    return {name.strip(): version.strip() or None for name, _, version in pairs}
 
 
 def installed() -> dict:
@@ -71,15 +67,13 @@ def installed() -> dict:
 
 
 def tested(pyproject: Path = ROOT / "pyproject.toml") -> dict:
-    """{package: version} of numba and numba-cuda in pyproject.toml's dependencies: what the
-    kernels are tested with (below them the run warns, not stops)."""
+    """{package: version} of numba and numba-cuda in pyproject.toml: what the kernels are
+    tested with (below them the run warns)."""
     text = pyproject.read_text()
-    bounds = {}
-    for name in ("numba", "numba-cuda"):
-        m = re.search(rf'"{re.escape(name)}(?:\[[^\]]*\])?>=([\d.]+)"', text)
-        if m:
-            bounds[name] = m.group(1)
-    return bounds
+    found = {
+        n: re.search(rf'"{n}(?:\[[^\]]*\])?>=([\d.]+)"', text) for n in ("numba", "numba-cuda")
+    }
+    return {name: m.group(1) for name, m in found.items() if m}
 
 
 def python_version() -> str:
@@ -251,9 +245,8 @@ def install_command(python: str, rehearse: bool, target: str = "") -> list[str]:
 
 
 def install(info: dict, stream) -> bool:
-    """Install (or, with faked versions, rehearse installing) the carried wheels of the
-    running Python; True when pip succeeded. A rehearsal updates `info` to the versions
-    it resolved."""
+    """Install (with faked versions: rehearse) the carried wheels of the running Python; True
+    when pip succeeded. A rehearsal updates `info` to the versions it resolved."""
     python, rehearse = info["python"], bool(fakes())
     req = wheel_dir(python) / "requirements.txt"
     if not req.exists():

@@ -67,20 +67,14 @@ def rehearse(work: Path, fake: str) -> list[tuple[str, bool]]:
     seconds = time.perf_counter() - began
     changed = sorted(k for k, v in snapshot(work, out).items() if before.get(k) != v)
     log = (out / "log.txt").read_text() if (out / "log.txt").exists() else ""
+    carried = f"carried {mib:.1f} MiB (tracked files + {', '.join(CARRY)})"
+    ran = f"`{COMMAND} --dry-run` exited {done.returncode} after {seconds:.0f} s"
+    outputs = all((out / n).exists() for n in ("r.json", "r.md", "log.txt"))
     return [
-        (
-            f"carried {mib:.1f} MiB (tracked files + {', '.join(CARRY)}) < {CARRY_LIMIT_MIB:.0f}",
-            mib < CARRY_LIMIT_MIB,
-        ),
-        (
-            f"`{COMMAND} --dry-run` exited {done.returncode} after {seconds:.0f} s",
-            done.returncode == 0,
-        ),
+        (f"{carried} < {CARRY_LIMIT_MIB:.0f}", mib < CARRY_LIMIT_MIB),
+        (ran, done.returncode == 0),
         (f"nothing written outside $OUT ({changed[:5] or 'none'})", not changed),
-        (
-            "$OUT holds r.json, r.md, log.txt",
-            all((out / n).exists() for n in ("r.json", "r.md", "log.txt")),
-        ),
+        ("$OUT holds r.json, r.md, log.txt", outputs),
         (f"the preflight rehearsed the install for {fake}", "rehearsing: " in log),
         ("the log ends with the summary table", "| target |" in log[-20000:]),
     ]

@@ -1,9 +1,6 @@
-"""The verdict of a `gpu_attention.py` run: issue 24's GPU targets and a short Markdown table.
-
-targets(report)   per target (TARGETS; benchmarks/README.md's "Targets"): the measured
-                  value, the goal, and PASS / FAIL, or NOT MEASURED with the reason.
-markdown(report)  the targets, the phases, the compile phase (`compile_lines`), the
-                  decode rows of path="auto", the prefill rows and the ladder.
+"""The verdict of a `gpu_attention.py` run: issue 24's GPU targets (benchmarks/README.md's
+"Targets": measured value, goal, PASS / FAIL or NOT MEASURED with the reason) and the
+Markdown summary (targets, phases, compile, auto decode rows, prefill rows, ladder).
 """
 
 from __future__ import annotations
@@ -94,17 +91,9 @@ def targets(report: dict) -> list[dict]:
         if value is not None and not report.get("timings_valid"):
             value, detail = None, "timings are not valid on this backend"
         verdict = "NOT MEASURED" if value is None else "PASS" if value >= goal else "FAIL"
-        out.append(
-            {
-                "target": name,
-                "what": what,
-                "goal": goal,
-                "unit": unit,
-                "measured": None if value is None else round(value, 3),
-                "verdict": verdict,
-                "detail": detail,
-            }
-        )
+        row = {"target": name, "what": what, "goal": goal, "unit": unit}
+        row["measured"] = None if value is None else round(value, 3)
+        out.append({**row, "verdict": verdict, "detail": detail})
     return out
 
 
@@ -142,9 +131,8 @@ def markdown(report: dict) -> str:
 def _phase_lines(report: dict) -> list[str]:
     lines = _head("phase", "seconds", "compile s", "compiles", "status")
     for name, rec in (report.get("phases") or {}).items():
-        status = "ran"
-        if "skipped" in rec or "error" in rec:
-            status = f"skipped: {rec['skipped']}" if "skipped" in rec else f"failed: {rec['error']}"
+        status = f"skipped: {rec['skipped']}" if "skipped" in rec else "ran"
+        status = f"failed: {rec['error']}" if "error" in rec else status
         lines.append(
             f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
             f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "

@@ -2,14 +2,12 @@
 
     python benchmarks/profile_grade_job.py [--exercise 3.1] [--repeat 3] [--json]
 
-A job (course/grade_job.py) starts a cold checker (`pagedsim check ID --json`), which
-imports pytest, Hypothesis, NumPy and pagedsim, collects the checks and starts the
-submission's own process under bubblewrap (course/isolation.py). Each phase is the median
-of `--repeat` fresh processes: the interpreter's start; the checker's imports, cumulative;
-the child's start without and with bubblewrap; pytest's collection with every plugin
-autoloaded and with Hypothesis' alone; the checks in-process against the reference
-solution, cold then warm. The rest of `bench_grade.py`'s job time is the job's copy of the
-code, its hashing, and the kill at the end.
+A job (course/grade_job.py) starts a cold checker that imports pytest, Hypothesis, NumPy
+and pagedsim, collects the checks and starts the submission under bubblewrap. Each phase is
+the median of `--repeat` fresh processes: the interpreter's start; the checker's imports,
+cumulative; the child's start without and with bubblewrap; pytest's collection with every
+plugin and with Hypothesis' alone; the checks in-process on the reference solution, cold
+then warm. The rest of `bench_grade.py`'s job time: the copy, the hashing, the kill.
 """
 
 from __future__ import annotations
