@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from pagedsim.io.args import ArgParser
+from pagedsim.io.args import ArgParser, float_in, int_in
 
 from . import curriculum, i18n, progress, workspace
 from .runner import print_report, run_checks
@@ -65,12 +65,11 @@ def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim watch", description=what)
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
     every = "seconds between looks at the file (default 1)"
-    p.add_argument("--interval", type=float, default=1.0, metavar="S", help=every)
-    p.add_argument("--iterations", type=int, metavar="N", help="stop after N checks")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check")
+    seconds = float_in(0, 86_400, open_low=True)
+    p.add_argument("--interval", type=seconds, default=1.0, metavar="S", help=every)
+    p.add_argument("--iterations", type=int_in(1, 10**9), metavar="N", help="stop after N checks")
+    p.add_argument("--timeout", type=seconds, metavar="S", help="seconds allowed per check")
     args = p.parse_args(argv)
-    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
-        p.error("--interval must be > 0 and --iterations at least 1")
     exercises = curriculum.load()
     ex = progress.named_or_current(p, args.exercise, exercises)
     if ex is None:

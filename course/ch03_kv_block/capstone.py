@@ -1,33 +1,16 @@
 """The capstone on your own code: your 3.4a free list and 3.4b copy-on-write serve the model.
 
-`pagedsim generate --pool workspace` (and lesson 3.8) loads two files of your workspace,
-found as `pagedsim check` finds them (course/workspace.py: $PAGEDSIM_WORKSPACE, then
-./pagedsim-work, then the same places in every folder above):
-
-    3.4a  FreeListPool: allocate, take, incref, free (the free list)
-    3.4b  fork, slot_for_append, free_table (sharing, copy-on-write)
-
-(your copies of course/ch03_kv_block/exercises/ex3_4a_free_list.py and
-course/ch03_kv_block/exercises/ex3_4b_copy_on_write.py, made by `pagedsim workspace`)
-
-and puts them where the engine's block manager has its own:
-
-    YourPool(BlockPool)           every pool call the manager makes goes to your FreeListPool
-    WorkspaceManager(KVCacheManager)
-        fork(parent, child)       your fork(pool, parent's table)
-        append_tokens(seq, n)     your slot_for_append(pool, table, position, block_size, copies)
-        free_sequence(seq)        your free_table(pool, table)
-        add_sequence, swap in     the manager's own code, on your pool
-
-pagedsim's own manager, the reference pool, serves the same requests beside it and the two
-are compared after every engine step (pagedsim/engine/lockstep.py): the first block table,
-ref count or free-list difference and the first wrong token are named. Your 3.4a free list is
-the chapter's (LIFO, one list), so this runs with prefix caching off; forks, copy-on-write and
-swapping are vLLM v0's.
+`pagedsim generate --pool workspace` (and lesson 3.8) loads your 3.4a and 3.4b files from the
+workspace `pagedsim check` uses (course/workspace.py) and puts them where the engine's block
+manager has its own: `YourPool(BlockPool)` sends every pool call to your FreeListPool, and
+`WorkspaceManager(KVCacheManager)` runs your fork, slot_for_append and free_table for fork,
+append_tokens and free_sequence (add_sequence and swap-in are the manager's own code, on your
+pool). pagedsim's own manager serves the same requests beside it and the two are compared after
+every engine step (pagedsim/engine/lockstep.py). Your free list is the chapter's (LIFO), so this
+runs with prefix caching off; forks, copy-on-write and swapping are vLLM v0's.
 
 An exception in your code becomes one line naming the exercise, the function and the line of
-your file (`YourCodeFailed`); a stub that still raises NotImplementedError says so and
-points at `pagedsim check`. Your files are imported into this process: they are your own
+your file (`YourCodeFailed`). Your files are imported into this process: they are your own
 code, run by you (the grader's boundary, course/isolation.py, is for other people's).
 """
 
@@ -92,10 +75,7 @@ def call(exercise: str, method: str, path: Path | None, fn, *args):
 
 class YourPool(BlockPool):
     """A BlockPool whose state is your FreeListPool: the manager's pool calls go to your code.
-
-    Queries read your lists (`ref`, your `num_free`, `free_list()` walking your `next`);
-    `allocate_many` and `release` are your `allocate` and `free` called in turn, which is
-    what the reference pool's bulk calls are defined to equal."""
+    Its bulk calls (`allocate_many`, `release`) are your `allocate` and `free` in turn."""
 
     __slots__ = ("mine", "path")
 
@@ -295,11 +275,9 @@ class WorkspaceManager(KVCacheManager):
         self._end_step()
 
     def decode_step(self, seq_ids, with_slots: bool = True, token_ids: Any = None):
-        """One token for each running sequence, as one manager call (SchedulerV0's decode),
-        in the reference's order (KVCacheManager.decode_step): first the sequences that
-        write into a partly filled block -- your slot_for_append copies a shared one --
-        then those that start a block, each group in batch order. So the copies take the
-        free list's first blocks and the new blocks the next ones, as in the reference."""
+        """One token for each running sequence (SchedulerV0's decode), in the reference's order
+        (KVCacheManager.decode_step): those writing into a partly filled block (and their
+        copies) first, then those starting a block, so the free list is taken in its order."""
         seq_ids = self._id_list(seq_ids)
         batch = self._tables_of(seq_ids)
         if len(set(map(id, batch))) != len(batch):

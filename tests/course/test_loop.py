@@ -189,3 +189,15 @@ def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatc
     printed = capsys.readouterr().out
     assert f"hint {first.id}, level 1" in printed
     assert " ".join(first.hint_levels("en")[0].split()) in " ".join(printed.split())
+
+
+@pytest.mark.parametrize(
+    "argv", [["--interval", "0"], ["--iterations", "0"], ["--timeout", "nan"], ["--timeout", "-1"]]
+)
+def test_watch_refuses_a_bad_number_in_one_line_before_checking_anything(argv, capsys):
+    """A zero interval, no iterations or a timeout that is not a positive number is a usage
+    error (exit 2) naming the option, before any check runs."""
+    with pytest.raises(SystemExit) as e:
+        watch.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and argv[0] in err and "must be" in err, err

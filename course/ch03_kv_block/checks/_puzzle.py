@@ -69,19 +69,28 @@ def _instead(log, thread, name: str) -> str:
     )
 
 
+def first_wrong(got, want, name: str, atol: float, rtol: float):
+    """(index, "name[i, j]", its value as shown, how many are wrong) for the first element of
+    `got` that differs from `want`, or None when none does."""
+    bad = ~np.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    shown = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
+    return index, f"{name}[{', '.join(map(str, index))}]", shown, int(bad.sum())
+
+
 def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     """Raise an AssertionError naming the first wrong element of `got` and the threads around it.
 
     owner(index) -> the thread that should write `index` (the puzzle's thread layout)."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    bad = ~np.isclose(got, want, atol=atol, rtol=1e-6, equal_nan=True)
-    if not bad.any():
+    wrong = first_wrong(got, want, out_name, atol, 1e-6)
+    if wrong is None:
         return
-    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    index, at, shown, num_bad = wrong
     wrote = touched(log, out_name, index, got.shape)
     should = owner(index)
-    at = f"{out_name}[{', '.join(map(str, index))}]"
-    shown = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
     never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
     if never:
         why = say(
@@ -104,9 +113,8 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     err = AssertionError(
         say(
             f"{what}: {at} is {shown}, the spec says {want[index]:.6g} "
-            f"({int(bad.sum())} element(s) wrong): {why}",
-            f"{what}：{at} 是 {shown}，规范给出 {want[index]:.6g}"
-            f"（{int(bad.sum())} 个元素不对）：{why}",
+            f"({num_bad} element(s) wrong): {why}",
+            f"{what}：{at} 是 {shown}，规范给出 {want[index]:.6g}（{num_bad} 个元素不对）：{why}",
         )
     )
     err.calls = table(log, sorted(set(wrote) | ({should} if should is not None else set())))

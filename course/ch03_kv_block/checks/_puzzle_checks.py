@@ -3,20 +3,18 @@
 - `check_spec`: small cases under the stepper (one simulated thread at a time, every memory
   access logged), so a wrong element comes with the table of which thread touched it.
 - `check_launches`: real launches (a GPU, or Numba's CUDA simulator) on cases drawn by
-  Hypothesis over everything the stub's spec allows: realistic head sizes, block sizes up to
-  32, tables and outputs longer than needed with garbage in the unused entries, logits and
-  log-sum-exps in the thousands of either sign, lengths on block edges.
+  Hypothesis over everything the stub's spec allows (sizes, garbage in unused entries, huge
+  logits, lengths on block edges).
 
-Each puzzle's check file supplies a `Case` (a NamedTuple of the sizes and seed) and
-`build(case) -> arrays` (deterministic, so a failing case is pasted and rerun as the one line
-`build(Case(...))`), two Case strategies (small for the stepper, full for launches),
-the NumPy spec, the number of threads a case needs, and which thread owns which output.
-Both checks refuse a kernel that changes one of its inputs.
+Each puzzle's check file describes itself in a `Puzzle`; its `build(Case(...))` is
+deterministic, so a failing case reruns from one pasted line. Both checks refuse a kernel
+that changes one of its inputs.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 import sys
@@ -27,7 +25,7 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from course.ch03_kv_block.checks._puzzle import POISON, compare, run_threads
+from course.ch03_kv_block.checks._puzzle import POISON, compare, first_wrong, run_threads
 from course.i18n import say
 
 # no shrinking: the message names the case and the threads, which says more than a smaller one
@@ -259,7 +257,7 @@ def _accumulated_onto_garbage(got: np.ndarray, want: np.ndarray) -> str:
     return ""
 
 
-def _lead(p: Puzzle, err: AssertionError, cause: str) -> AssertionError:
+def _lead(err: AssertionError, cause: str) -> AssertionError:
     """Put `cause` (what the code did wrong) first in the message, once."""
     if cause and not str(err).startswith(cause):
         err.args = (f"{cause} {err}",)
@@ -296,7 +294,7 @@ def _with_hints(
         or (_known_mistake(p, case, arrays) if arrays is not None else "")
         or _accumulated_onto_garbage(got, want)
     )
-    return _lead(p, err, cause)
+    return _lead(err, cause)
 
 
 def _prepared(p: Puzzle, case: tuple) -> tuple[dict, dict, dict]:
@@ -311,7 +309,7 @@ def _raised(p: Puzzle, e: Exception, where: str, needed: int = 0) -> AssertionEr
     if cause is None:
         raise e
     err = AssertionError(f"{cause} ({where})")
-    return _lead(p, err, _hard_coded(p)) if isinstance(e, IndexError) else err
+    return _lead(err, _hard_coded(p)) if isinstance(e, IndexError) else err
 
 
 def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2) -> None:
@@ -333,19 +331,18 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
             raise _raised(p, e, where, threads) from e
         _inputs_unchanged(p, before, arrays, where)
         for out in p.outputs:
-            try:
-                compare(
-                    log,
-                    arrays[out],
-                    want[out],
-                    out_name=out,
-                    owner=lambda index, o=out: p.owner(o, index, arrays),
-                    what=where,
-                )
-            except AssertionError as err:
-                raise _with_hints(p, impl, case, err, arrays[out], want[out], arrays) from None
+            _compare_stepped(p, impl, case, log, arrays, want, out, where)
 
     run()
+
+
+def _compare_stepped(p: Puzzle, impl, case, log, arrays, want, out: str, where: str) -> None:
+    """compare() one output of a stepped run, its failure led by the hints' cause."""
+    try:
+        owner = functools.partial(p.owner, out, arrays=arrays)
+        compare(log, arrays[out], want[out], out_name=out, owner=owner, what=where)
+    except AssertionError as err:
+        raise _with_hints(p, impl, case, err, arrays[out], want[out], arrays) from None
 
 
 def check_launches(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 3) -> None:
@@ -383,23 +380,21 @@ def launch(p: Puzzle, impl, case: tuple, extra: int = 3) -> None:
     _inputs_unchanged(p, before, arrays, where)
     for out in p.outputs:
         got, exp = np.asarray(arrays[out], np.float64), np.asarray(want[out], np.float64)
-        bad = ~np.isclose(got, exp, atol=1e-5, rtol=1e-5, equal_nan=True)
-        if not bad.any():
+        wrong = first_wrong(got, exp, out, 1e-5, 1e-5)
+        if wrong is None:
             continue
-        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        index, at, value, num_bad = wrong
         owner = p.owner(out, index, arrays)
         who = (
             say(f"; thread {owner} owns it", f"；它归线程 {owner}")
             if owner is not None
             else say("; no thread should have written it", "；不应有线程写它")
         )
-        value = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
-        at = f"{out}[{', '.join(map(str, index))}]"
         err = AssertionError(
             say(
-                f"{at} is {value}, the spec says {exp[index]:.6g} ({int(bad.sum())} element(s) "
+                f"{at} is {value}, the spec says {exp[index]:.6g} ({num_bad} element(s) "
                 f"wrong){who}.",
-                f"{at} 是 {value}，规范给出 {exp[index]:.6g}（{int(bad.sum())} 个元素不对）{who}。",
+                f"{at} 是 {value}，规范给出 {exp[index]:.6g}（{num_bad} 个元素不对）{who}。",
             )
         )
         err = _with_hints(p, impl, case, err, got, exp, arrays)
@@ -407,20 +402,10 @@ def launch(p: Puzzle, impl, case: tuple, extra: int = 3) -> None:
             replayed, _, _ = _prepared(p, case)
             try:
                 log = run_threads(getattr(impl, p.kernel), threads, replayed)
-                compare(
-                    log,
-                    replayed[out],
-                    want[out],
-                    out_name=out,
-                    owner=lambda index, o=out, a=replayed: p.owner(o, index, a),
-                    what=where,
-                )
-            except AssertionError as stepped:
-                raise _with_hints(
-                    p, impl, case, stepped, replayed[out], want[out], replayed
-                ) from None
             except Exception:  # the replay itself failed: the launch's own message stands
-                pass
+                log = None
+            if log is not None:
+                _compare_stepped(p, impl, case, log, replayed, want, out, where)
         raise AssertionError(f"{err} ({where})")
 
 

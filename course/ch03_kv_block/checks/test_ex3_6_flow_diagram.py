@@ -17,6 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.colors import same_color  # noqa: E402
 
+# lesson 3.6's scenario: A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish (the
+# free list is then 3, 4, 2, 5, 6, 7: not in block order); C appends (copy-on-write)
+from course.ch03_kv_block.lessons.l3_6 import manager_snapshots as scenario  # noqa: E402
 from course.i18n import say  # noqa: E402
 from course.impl import child_module  # noqa: E402
 from pagedsim import KVCacheManager  # noqa: E402
@@ -25,20 +28,6 @@ from pagedsim.testing.remote_caps import Callback  # noqa: E402
 
 EXERCISE = "3.6"
 pytestmark = [pytest.mark.ch3_6, pytest.mark.draw]
-
-
-def scenario():
-    """A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish; C appends
-    (copy-on-write)."""
-    m = KVCacheManager(8, 4)
-    m.add_sequence("A", 6)
-    m.add_sequence("B", 3)
-    m.add_sequence("D", 5)
-    m.fork("A", "C")
-    m.free_sequence("B")
-    m.free_sequence("D")  # the free list is now 3, 4, 2, 5, 6, 7: not in block order
-    m.append_tokens("C", 1)
-    return m.trace.snapshots
 
 
 def scenario_of_several_rows():
