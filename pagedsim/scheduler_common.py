@@ -1,9 +1,7 @@
 """What both schedulers share: the step on a workload, argument checks, the run loop (v0, v1).
 
 `WorkloadScheduler.step()` is the one place schedule() and update_from_output() are joined
-with the workload's tokens; `run()` steps until done and refuses to spin when nothing can
-ever be scheduled. The rest checks arguments once, when a scheduler is built, and makes
-deterministic ids for prompts and outputs nobody gave (`synthetic_token`).
+with the workload's tokens; `run()` refuses to spin when nothing can ever be scheduled.
 """
 
 from __future__ import annotations
@@ -142,12 +140,12 @@ def check_scheduler_args(
 
 def check_configs(scheduler_config: object, cache_config: object) -> None:
     """TypeError unless they are a SchedulerConfig and a CacheConfig (both schedulers)."""
-    if not isinstance(scheduler_config, SchedulerConfig):
-        raise TypeError(
-            f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}"
-        )
-    if not isinstance(cache_config, CacheConfig):
-        raise TypeError(f"cache_config must be a CacheConfig, got {type(cache_config).__name__}")
+    for name, value, kind in (
+        ("scheduler_config", scheduler_config, SchedulerConfig),
+        ("cache_config", cache_config, CacheConfig),
+    ):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
 
 
 def prompt_ids(value: object, n: int | None, name: str) -> tuple[int, ...]:

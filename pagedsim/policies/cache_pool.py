@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import OutOfBlocks, bool_arg, count_arg
+from ..errors import OutOfBlocks, bool_arg, choice_arg, count_arg
 from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
 from ..linked_pool import LinkedBlockPool
 from .cache_stats import CacheStats
@@ -83,10 +83,7 @@ class CachingBlockPool(LinkedBlockPool):
         enable_kv_cache_events: bool = False,
     ):
         bool_arg("enable_kv_cache_events", enable_kv_cache_events)
-        if not isinstance(eviction, str):
-            raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
-        if eviction not in EVICTION_KEYS:
-            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
+        choice_arg("eviction", eviction, tuple(EVICTION_KEYS))
         super().__init__(num_gpu_blocks, block_size, "fifo")
         n = self.num_gpu_blocks
         self.eviction = eviction  # which cached free block is overwritten first
