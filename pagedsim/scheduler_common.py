@@ -17,7 +17,7 @@ from .config import CacheConfig, SchedulerConfig
 from .errors import MAX_TOKEN_ID, bool_arg, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
-from .scheduler_output import ReqId, SchedulerOutput
+from .scheduler_output import CachedRequestData, NewRequestData, ReqId, SchedulerOutput
 from .workloads import Request, request_list
 
 # one prompt's token ids, as a caller gives them: a list or tuple of ints, or a 1-D int array
@@ -39,6 +39,7 @@ class WorkloadScheduler(ABC):
     waiting: Sized
     # the output of the last schedule() until update_from_output() takes it
     _pending_output: SchedulerOutput | None = None
+    _finished_req_ids: set[ReqId]  # finished since the last schedule()
 
     @property
     @abstractmethod
@@ -85,6 +86,26 @@ class WorkloadScheduler(ABC):
                     f"requests can never be scheduled"
                 )
         return self
+
+    def _output(
+        self,
+        new: list[NewRequestData],
+        cached: CachedRequestData,
+        num_scheduled_tokens: dict[ReqId, int],
+        preempted_req_ids: set[ReqId],
+    ) -> SchedulerOutput:
+        """The step's output, pending until update_from_output() takes it."""
+        out = SchedulerOutput(
+            new,
+            cached,
+            num_scheduled_tokens,
+            sum(num_scheduled_tokens.values()),
+            preempted_req_ids,
+            self._finished_req_ids,
+        )
+        self._finished_req_ids = set()
+        self._pending_output = out
+        return out
 
     def _start_step(self) -> None:
         if self._pending_output is not None:

@@ -304,32 +304,23 @@ class SchedulerV1(WorkloadScheduler):
             self.waiting.pop_request()
             self.running.append(req)
             admitted.append(req)
-        out = self._make_output(scheduled, admitted, preempted)
-        self._pending_output = out
-        return out
-
-    def _make_output(
-        self, scheduled: dict[V1Request, int], admitted: list[V1Request], preempted: list[V1Request]
-    ) -> SchedulerOutput:
+        new = [
+            NewRequestData(
+                r.request_id, r.prompt, self.block_ids(r.request_id), r.num_computed_tokens
+            )
+            for r in admitted
+        ]
         cached = [r for r in scheduled if r not in admitted]
-        out = SchedulerOutput(
-            scheduled_new_reqs=[
-                NewRequestData(
-                    r.request_id, r.prompt, self.block_ids(r.request_id), r.num_computed_tokens
-                )
-                for r in admitted
-            ],
-            scheduled_cached_reqs=CachedRequestData(
+        out = self._output(
+            new,
+            CachedRequestData(
                 [r.request_id for r in cached],
                 [r.num_computed_tokens for r in cached],
                 [len(r.sampled) for r in cached],
             ),
-            num_scheduled_tokens={r.request_id: n for r, n in scheduled.items()},
-            total_num_scheduled_tokens=sum(scheduled.values()),
-            preempted_req_ids={r.request_id for r in preempted},
-            finished_req_ids=self._finished_req_ids,
+            {r.request_id: n for r, n in scheduled.items()},
+            {r.request_id for r in preempted},
         )
-        self._finished_req_ids = set()
         for req, n in scheduled.items():  # v1's _update_after_schedule
             start = req.num_computed_tokens
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)
