@@ -2,15 +2,16 @@
 
 vLLM v1's block pool queues an event whenever the set of cached blocks changes
 (`vllm/distributed/kv_events.py`, read at commit 0181ea3): `BlockStored`, `BlockRemoved`,
-`AllBlocksCleared` (reset_prefix_cache()). Our hashes are Python's, not sha256. The JSON
+`AllBlocksCleared` (reset_prefix_cache()). Our hashes are Python's, not sha256, and our
+extra_keys stay None (pagedsim chains a prompt's extra keys from its root). The JSON
 shape is msgspec's: {"ts", "events", "data_parallel_rank"}, events tagged by "type"; older
 releases encoded each struct as an array, tag first, and `event_from_json` reads both.
 
 `timeline` replays a stream in one pass, giving each stored block a tile (a stream carries
 no block ids). A block is a `BlockKey` (group, medium, hash): a hybrid model caches each
 hash once per group, with its own block_size. vLLM 0.34 caches one key under every block
-that computed it (a BlockStored each): each is a copy on its own tile, and a BlockRemoved
-takes one copy away.
+that computed it (a BlockStored each; kv_cache_report_mode "full" re-sends them for prefix
+hits): each is a copy on its own tile, and a BlockRemoved takes one copy away.
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`), a line
 longer than MAX_LINE or nested deeper than MAX_DEPTH is refused before json's recursive
