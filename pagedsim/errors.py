@@ -50,6 +50,15 @@ def count_arg(name: str, value: object, low: int | None = 0, high: int | None = 
     return n
 
 
+def choice_arg(name: str, value: object, choices: tuple[str, ...]) -> str:
+    """`value` if it is one of the str `choices`; TypeError for a non-str, else ValueError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
 def bool_arg(name: str, value: object) -> bool:
     """`value` if it is a bool; a TypeError naming `name` for anything else (1, "yes",
     None, a NumPy bool): a flag is never guessed from a truthy value."""

@@ -1,21 +1,17 @@
 """KV cache events: what the prefix cache publishes, with vLLM v1's names and JSON shape.
 
 vLLM v1's block pool queues an event whenever the set of cached blocks changes
-(`vllm/distributed/kv_events.py`, read at commit 0181ea3): `BlockStored` (full blocks
-became findable), `BlockRemoved` (cached blocks were evicted), `AllBlocksCleared`
-(reset_prefix_cache()). group_idx is the KV cache group; extra_keys stays None (pagedsim
-chains a prompt's extra keys from its root). Our hashes are Python's, not sha256.
+(`vllm/distributed/kv_events.py`, read at commit 0181ea3): `BlockStored`, `BlockRemoved`,
+`AllBlocksCleared` (reset_prefix_cache()). Our hashes are Python's, not sha256, and our
+extra_keys stay None (pagedsim chains a prompt's extra keys from its root). The JSON
+shape is msgspec's: {"ts", "events", "data_parallel_rank"}, events tagged by "type"; older
+releases encoded each struct as an array, tag first, and `event_from_json` reads both.
 
-The JSON shape is msgspec's for a published batch: {"ts", "events", "data_parallel_rank"},
-events tagged by "type"; older releases encoded each struct as an array, tag first, and
-`event_from_json` reads both. vLLM 0.34 adds locality, ownership, session_id and
-lookahead_token_ids; they are kept. `timeline` replays a stream in one pass: each stored
-block gets a slot (a tile; a stream carries no block ids, so the replay invents none). A
-block is a `BlockKey` (group, medium, hash): a hybrid model caches each hash once per
-group, and its groups' block sizes differ, so one stream carries several block_size values.
-vLLM 0.34 also caches one key under every block that computed it, with a BlockStored each:
-each is a copy on its own tile, and a BlockRemoved takes one copy away. (A server run with
-kv_cache_report_mode "full" re-sends BlockStored for prefix hits; those show as copies.)
+`timeline` replays a stream in one pass, giving each stored block a tile (a stream carries
+no block ids). A block is a `BlockKey` (group, medium, hash): a hybrid model caches each
+hash once per group, with its own block_size. vLLM 0.34 caches one key under every block
+that computed it (a BlockStored each; kv_cache_report_mode "full" re-sends them for prefix
+hits): each is a copy on its own tile, and a BlockRemoved takes one copy away.
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`), a line
 longer than MAX_LINE or nested deeper than MAX_DEPTH is refused before json's recursive
@@ -313,17 +309,12 @@ def batch_to_json(batch: Batch) -> dict[str, object]:
         "events": [event_to_json(e) for e in batch.events],
         "data_parallel_rank": batch.data_parallel_rank,
     }
-    if batch.seq is not None:
-        out["seq"] = batch.seq
-    if batch.topic is not None:
-        out["topic"] = batch.topic
-    if batch.replayed:
-        out["replayed"] = True
-    if batch.refused is not None:
-        out["refused"] = batch.refused
-    if batch.unread:
-        out["unread"] = batch.unread
+    told = (batch.seq, batch.topic, batch.replayed or None, batch.refused, batch.unread or None)
+    out.update((k, v) for k, v in zip(_TOLD, told, strict=True) if v is not None)
     return out
+
+
+_TOLD = ("seq", "topic", "replayed", "refused", "unread")  # batch_to_json's keys past msgspec's
 
 
 MAX_LINE = 16 << 20  # characters in one JSON line (a 128k-token BlockStored takes ~1 MiB)

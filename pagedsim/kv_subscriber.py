@@ -1,14 +1,12 @@
 """Subscribe to a vLLM server's KV events over ZMQ, as vLLM's `kv_events_subscriber` example does.
 
 vLLM v1's `ZmqEventPublisher` binds a wildcard endpoint ("tcp://*:5557") and connects to
-any other, so the subscriber connects in the first case and binds (`bind=True`) in the
-second. With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back.
-`Subscriber.poll(ms)` takes what arrived; `entries` are in publisher order (a restarted
-publisher's seqs begin again at 0: its batches follow, noted, never dropped as replays). A
-message that is not vLLM's shape is refused with one line on stderr, counted in `refused`
-and shown on the page at its seq. ZMQ buffers without limit for a slow subscriber
-(RCVHWM 0: vLLM's PUB drops nothing at its high-water mark then) but takes no message over
-MAX_FRAME bytes.
+any other, so the subscriber connects to the first and binds (`bind=True`) for the second.
+With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back. `entries`
+are in publisher order (a restarted publisher's batches follow, noted, never dropped as
+replays). A message that is not vLLM's shape is refused with one line on stderr, counted
+in `refused` and shown on the page at its seq. ZMQ buffers without limit (RCVHWM 0) but
+takes no message over MAX_FRAME bytes.
 """
 
 from __future__ import annotations

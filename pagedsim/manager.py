@@ -1,17 +1,14 @@
 """The KV-cache manager: sequences, block tables, sharing and copy-on-write (3.3, 3.4).
 
 It owns one `BlockPool` and one `BlockTable` per live sequence, and only it changes them.
-Its outputs are what the kernels consume: `block_table(seq)` (paged_attention's
-block_tables row), `slot_mapping(seq)` (write_kv's) and `drain_copies()` (copy_blocks).
-
+The kernels consume `block_table(seq)`, `slot_mapping(seq)` and `drain_copies()`.
 Sharing, fork and copy-on-write follow vLLM v0's block manager (v1 shares only full
-blocks, through the prefix cache). An owner appending into a partly filled, shared last
-block first gets a private copy (a new block and a (src, dst) pair).
+blocks, through the prefix cache).
 
-Every operation is all-or-nothing: it validates and counts the blocks it needs before
-touching anything. A `reclaimer` (the scheduler's preemption) is asked to free other
-sequences' blocks first; a request larger than the whole pool is refused without asking
-(as v1). Each public call is one trace step (`trace.py`).
+Every operation is all-or-nothing: it counts the blocks it needs before touching anything,
+asking a `reclaimer` (the scheduler's preemption) to free others' blocks when short; a
+request larger than the whole pool is refused without asking (as v1). Each public call is
+one trace step (`trace.py`).
 
 Invariants (`check_invariants`), on top of the pool's own:
     * every table has ceil(num_tokens / block_size) entries;
@@ -74,7 +71,7 @@ class KVCacheManager:
         self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
         self._sink = tr.Trace(snapshots and trace)  # written to only while tracing
         self._tracing = trace  # build events at all? (False: nothing is built)
-        # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
+        # a step ends by just counting it: no trace, and no subclass hooks _end_step
         self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
         self.step = 0  # number of completed public steps
         # may free blocks of sequences outside `protect` when an allocation is short

@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Generic, Protocol, TypeAlias, TypeVar
 
+from .errors import choice_arg
+
 SCHEDULING_POLICIES = ("fcfs", "priority")
 
 
@@ -113,8 +115,5 @@ RequestQueue: TypeAlias = FCFSRequestQueue[R] | PriorityRequestQueue[R]
 
 def make_request_queue(policy: str) -> RequestQueue[R]:
     """The waiting queue for a scheduling policy: "fcfs" or "priority"."""
-    if not isinstance(policy, str):
-        raise TypeError(f"policy must be a str, got {type(policy).__name__}")
-    if policy not in SCHEDULING_POLICIES:
-        raise ValueError(f"policy must be one of {SCHEDULING_POLICIES}, got {policy!r}")
+    choice_arg("policy", policy, SCHEDULING_POLICIES)
     return PriorityRequestQueue() if policy == "priority" else FCFSRequestQueue()

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 from .config import CacheConfig, SchedulerConfig
+from .errors import choice_arg
 from .policies.preemption import RecomputePolicy
 from .scheduler_v0 import DEFAULT_SCHEDULER_CONFIG as V0_SCHEDULER_CONFIG
 from .scheduler_v0 import SchedulerV0, V0Settings
@@ -28,10 +29,7 @@ def make_scheduler(
 ) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own, or,
     as keywords, the fields of its configs (and V0Settings or RequestColumns)."""
-    if not isinstance(mode, str):
-        raise TypeError(f"mode must be a str, got {type(mode).__name__}")
-    if mode not in SCHEDULERS:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    choice_arg("mode", mode, MODES)
     if mode == "v1" and not args:
         return _v1(requests, manager, kwargs)
     if mode == "v0" and len(args) <= 1 and not isinstance(args and args[0], SchedulerConfig):

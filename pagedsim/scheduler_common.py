@@ -1,9 +1,7 @@
 """What both schedulers share: the step on a workload, argument checks, the run loop (v0, v1).
 
 `WorkloadScheduler.step()` is the one place schedule() and update_from_output() are joined
-with the workload's tokens; `run()` steps until done and refuses to spin when nothing can
-ever be scheduled. The rest checks arguments once, when a scheduler is built, and makes
-deterministic ids for prompts and outputs nobody gave (`synthetic_token`).
+with the workload's tokens; `run()` refuses to spin when nothing can ever be scheduled.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from .config import CacheConfig, SchedulerConfig
 from .errors import MAX_TOKEN_ID, bool_arg, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
-from .scheduler_output import ReqId, SchedulerOutput
+from .scheduler_output import CachedRequestData, NewRequestData, ReqId, SchedulerOutput
 from .workloads import Request, request_list
 
 # one prompt's token ids, as a caller gives them: a list or tuple of ints, or a 1-D int array
@@ -41,6 +39,7 @@ class WorkloadScheduler(ABC):
     waiting: Sized
     # the output of the last schedule() until update_from_output() takes it
     _pending_output: SchedulerOutput | None = None
+    _finished_req_ids: set[ReqId]  # finished since the last schedule()
 
     @property
     @abstractmethod
@@ -87,6 +86,26 @@ class WorkloadScheduler(ABC):
                     f"requests can never be scheduled"
                 )
         return self
+
+    def _output(
+        self,
+        new: list[NewRequestData],
+        cached: CachedRequestData,
+        num_scheduled_tokens: dict[ReqId, int],
+        preempted_req_ids: set[ReqId],
+    ) -> SchedulerOutput:
+        """The step's output, pending until update_from_output() takes it."""
+        out = SchedulerOutput(
+            new,
+            cached,
+            num_scheduled_tokens,
+            sum(num_scheduled_tokens.values()),
+            preempted_req_ids,
+            self._finished_req_ids,
+        )
+        self._finished_req_ids = set()
+        self._pending_output = out
+        return out
 
     def _start_step(self) -> None:
         if self._pending_output is not None:
@@ -142,12 +161,12 @@ def check_scheduler_args(
 
 def check_configs(scheduler_config: object, cache_config: object) -> None:
     """TypeError unless they are a SchedulerConfig and a CacheConfig (both schedulers)."""
-    if not isinstance(scheduler_config, SchedulerConfig):
-        raise TypeError(
-            f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}"
-        )
-    if not isinstance(cache_config, CacheConfig):
-        raise TypeError(f"cache_config must be a CacheConfig, got {type(cache_config).__name__}")
+    for name, value, kind in (
+        ("scheduler_config", scheduler_config, SchedulerConfig),
+        ("cache_config", cache_config, CacheConfig),
+    ):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
 
 
 def prompt_ids(value: object, n: int | None, name: str) -> tuple[int, ...]:

@@ -332,36 +332,24 @@ class SchedulerV0(WorkloadScheduler):
                 while self.waiting and self._admit(self.waiting[0]):
                     admitted.append(self.waiting.popleft())
                     self.running.append(admitted[-1])
-        out = self._make_output(decoded, admitted)
-        self._pending_output = out
-        return out
-
-    def _make_output(self, decoded: list[Group], admitted: list[Group]) -> SchedulerOutput:
+        new = [
+            NewRequestData(
+                s,
+                self._prompt(g),
+                tuple(self.manager.block_table(s).blocks),
+                g.prompt_len + g.generated - self._scheduled[s],
+            )
+            for g in admitted
+            for s in g.seq_ids
+        ]
         cached = [(g, s) for g in decoded for s in g.seq_ids]
-        out = SchedulerOutput(
-            scheduled_new_reqs=[
-                NewRequestData(
-                    s,
-                    self._prompt(g),
-                    tuple(self.manager.block_table(s).blocks),
-                    g.prompt_len + g.generated - self._scheduled[s],
-                )
-                for g in admitted
-                for s in g.seq_ids
-            ],
-            scheduled_cached_reqs=CachedRequestData(
-                [s for _, s in cached],
-                # a served sequence computes its last sampled token's K/V now
-                [g.prompt_len + g.generated - (s in self._out) for g, s in cached],
-                [g.generated for g, _ in cached],
-            ),
-            num_scheduled_tokens=self._scheduled,
-            total_num_scheduled_tokens=sum(self._scheduled.values()),
-            preempted_req_ids=self._preempted_now,
-            finished_req_ids=self._finished_req_ids,
+        running = CachedRequestData(
+            [s for _, s in cached],
+            # a served sequence computes its last sampled token's K/V now
+            [g.prompt_len + g.generated - (s in self._out) for g, s in cached],
+            [g.generated for g, _ in cached],
         )
-        self._finished_req_ids = set()
-        return out
+        return self._output(new, running, self._scheduled, self._preempted_now)
 
     def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
         """The sequences that sample: the decoded ones, and the prefilled live ones of

@@ -137,17 +137,14 @@ class SchedulerV1(WorkloadScheduler):
         self._cache = (
             manager if isinstance(manager, (PrefixCachingManager, HybridManager)) else None
         )
-        # off: no lookup and no block hashed (v1 builds its KVCacheManager with
-        # enable_caching=False), so freed blocks go back to the free queue's head
+        # off: nothing looked up or hashed (v1: KVCacheManager(enable_caching=False))
         self.enable_prefix_caching = cache_config.enable_prefix_caching and self._cache is not None
         if self._cache is not None and not cache_config.enable_prefix_caching:
             for group in manager.groups if isinstance(manager, HybridManager) else (manager,):
                 assert isinstance(group, PrefixCachingManager), "a manager with v1's calls"
                 group.enable_caching = False
         bool_arg("slide_after_update", slide_after_update)
-        # a model reads the window during the step, so nothing it reads may go before it
-        # ran: a window group frees what a request no longer reads when its next
-        # allocate_slots starts, by the tokens computed before it (v1's timing:
+        # a model reads the window during the step: slide at the next allocate_slots (v1's
         # remove_skipped_blocks(request.num_computed_tokens) inside allocate_slots)
         if slide_after_update:
             window = manager.window if isinstance(manager, HybridManager) else manager
@@ -180,15 +177,16 @@ class SchedulerV1(WorkloadScheduler):
     def _fan_out(self, columns: RequestColumns) -> list[tuple[int, V1Request]]:
         """(arrival step, request) for every sample of every request, in arrival order."""
         for name, column in columns._asdict().items():
-            if column is not None and (
-                isinstance(column, (str, bytes, dict, set, frozenset))
-                or not hasattr(column, "__getitem__")
+            if column is None:
+                continue
+            if isinstance(column, (str, bytes, dict, set, frozenset)) or not hasattr(
+                column, "__getitem__"
             ):
                 raise TypeError(
                     f"{name} must be a sequence with one entry per request, got "
                     f"{type(column).__name__}"
                 )
-            if column is not None and len(column) != len(self.requests):
+            if len(column) != len(self.requests):
                 raise ValueError(
                     f"{name} has {len(column)} entries for {len(self.requests)} requests"
                 )
@@ -306,32 +304,23 @@ class SchedulerV1(WorkloadScheduler):
             self.waiting.pop_request()
             self.running.append(req)
             admitted.append(req)
-        out = self._make_output(scheduled, admitted, preempted)
-        self._pending_output = out
-        return out
-
-    def _make_output(
-        self, scheduled: dict[V1Request, int], admitted: list[V1Request], preempted: list[V1Request]
-    ) -> SchedulerOutput:
+        new = [
+            NewRequestData(
+                r.request_id, r.prompt, self.block_ids(r.request_id), r.num_computed_tokens
+            )
+            for r in admitted
+        ]
         cached = [r for r in scheduled if r not in admitted]
-        out = SchedulerOutput(
-            scheduled_new_reqs=[
-                NewRequestData(
-                    r.request_id, r.prompt, self.block_ids(r.request_id), r.num_computed_tokens
-                )
-                for r in admitted
-            ],
-            scheduled_cached_reqs=CachedRequestData(
+        out = self._output(
+            new,
+            CachedRequestData(
                 [r.request_id for r in cached],
                 [r.num_computed_tokens for r in cached],
                 [len(r.sampled) for r in cached],
             ),
-            num_scheduled_tokens={r.request_id: n for r, n in scheduled.items()},
-            total_num_scheduled_tokens=sum(scheduled.values()),
-            preempted_req_ids={r.request_id for r in preempted},
-            finished_req_ids=self._finished_req_ids,
+            {r.request_id: n for r, n in scheduled.items()},
+            {r.request_id for r in preempted},
         )
-        self._finished_req_ids = set()
         for req, n in scheduled.items():  # v1's _update_after_schedule
             start = req.num_computed_tokens
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)

@@ -67,7 +67,7 @@ class PoolCreated(Story):
     block_size: int
 
     def words(self, book: Phrasebook) -> str:
-        return book.say("pool", num_gpu_blocks=self.num_gpu_blocks, block_size=self.block_size)
+        return book.say("pool", **vars(self))
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,7 @@ class Refusal(Story):
     available: int  # free blocks there were
 
     def words(self, book: Phrasebook) -> str:
-        return book.say(
-            "refused",
-            one(self.available),
-            seq_id=self.seq_id,
-            what=self.what,
-            needed=self.needed,
-            available=self.available,
-        )
+        return book.say("refused", one(self.available), **vars(self))
 
 
 @dataclass(frozen=True)

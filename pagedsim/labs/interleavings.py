@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..errors import count_arg
+from ..errors import choice_arg, count_arg
 
 IMPLS = ("racy", "cas", "atomic_add")
 STEPS_PER_POP = {"racy": 3, "atomic_add": 2}  # fixed-length pops only; CAS can retry
@@ -86,10 +86,7 @@ def _advance(
 def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None) -> Iterator[Outcome]:
     """Yield an Outcome for every interleaving of `threads` concurrent pops from `stack`
     (free block ids, bottom first; at least `threads` of them)."""
-    if not isinstance(impl, str):
-        raise TypeError(f"impl must be a str, got {type(impl).__name__}")
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    choice_arg("impl", impl, IMPLS)
     threads = count_arg("threads (the walk grows factorially)", threads, 1, 4)
     stack = (
         tuple(range(10, 10 + threads + 1))

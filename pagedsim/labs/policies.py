@@ -97,17 +97,10 @@ def main(argv: list[str]) -> int:
     add_trace_args(ap)
     ap.set_defaults(num_requests=300)
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
-    ap.add_argument(
-        "--memory-tokens",
-        type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_GPU_BLOCKS),
-        default=DEFAULT_MEMORY_TOKENS,
-    )
-    ap.add_argument(
-        "--swap-space",
-        type=float_in(0, 2**20),
-        default=4.0,
-        help="host swap space in GiB, as vLLM v0's --swap-space (default 4)",
-    )
+    mem = int_in(1, MAX_BLOCK_SIZE * MAX_NUM_GPU_BLOCKS)
+    ap.add_argument("--memory-tokens", type=mem, default=DEFAULT_MEMORY_TOKENS)
+    swap = "host swap space in GiB, as vLLM v0's --swap-space (default 4)"
+    ap.add_argument("--swap-space", type=float_in(0, 2**20), default=4.0, help=swap)
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

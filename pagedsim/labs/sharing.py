@@ -59,15 +59,13 @@ def sharing_savings(
     seed: int = 0,
 ) -> dict[str, dict[int, float]]:
     """{"parallel sampling": {2: saving, ...}, "beam search": {2: saving, ...}}."""
+    knobs = {"parallel sampling": "n", "beam search": "beam_width"}
     return {
-        "parallel sampling": {
-            w: saving(requests, block_size, n=w, beam_reshuffle=beam_reshuffle, seed=seed)
+        kind: {
+            w: saving(requests, block_size, **{knob: w}, beam_reshuffle=beam_reshuffle, seed=seed)
             for w in widths
-        },
-        "beam search": {
-            w: saving(requests, block_size, beam_width=w, beam_reshuffle=beam_reshuffle, seed=seed)
-            for w in widths
-        },
+        }
+        for kind, knob in knobs.items()
     }
 
 

@@ -111,32 +111,23 @@ def parser() -> ArgParser:
     ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n\n")[0])
     positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
-    ap.add_argument(
-        "--params", type=positive, default=None, help="parameter count (default ~12*L*d^2)"
+    flags = (  # (flag, type, default, help)
+        ("--params", positive, None, "parameter count (default ~12*L*d^2)"),
+        ("--tflops", positive, 312.0, "GPU peak dense FP16 TFLOPS (A100)"),
+        ("--mfu", float_in(0, 1, open_low=True), 0.5, "fraction of peak a prefill reaches"),
+        ("--pcie-gbps", positive, 25.0, "effective PCIe GB/s per direction"),
+        ("--copy-latency-us", float_in(0, 1e9), 10.0, "fixed cost per block copy"),
+        ("--block-size", int_in(1, MAX_BLOCK_SIZE), 16, None),
+        (
+            "--hit-fraction",
+            float_in(0, 1),
+            None,
+            "fraction of a preempted sequence served by the prefix cache "
+            "(default: measured on a v1 run)",
+        ),
     )
-    ap.add_argument(
-        "--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)"
-    )
-    ap.add_argument(
-        "--mfu",
-        type=float_in(0, 1, open_low=True),
-        default=0.5,
-        help="fraction of peak a prefill reaches",
-    )
-    ap.add_argument(
-        "--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction"
-    )
-    ap.add_argument(
-        "--copy-latency-us", type=float_in(0, 1e9), default=10.0, help="fixed cost per block copy"
-    )
-    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
-    ap.add_argument(
-        "--hit-fraction",
-        type=float_in(0, 1),
-        default=None,
-        help="fraction of a preempted sequence served by the prefix cache "
-        "(default: measured on a v1 run)",
-    )
+    for flag, kind, default, text in flags:
+        ap.add_argument(flag, type=kind, default=default, help=text)
     ap.add_argument("--json", action="store_true")
     return ap
 

@@ -141,18 +141,11 @@ FIGURES: dict[str, Callable[[Path], list[Path]]] = {
 def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim sweep", description=__doc__.split("\n")[0])
     add_trace_args(ap)
-    ap.add_argument(
-        "--memory-tokens",
-        type=int_in(1, MAX_MEMORY_TOKENS),
-        default=DEFAULT_MEMORY_TOKENS,
-        help="KV memory in token slots (default: 12 GB of OPT-13B KV)",
-    )
-    ap.add_argument(
-        "--sim-requests",
-        type=int_in(0, MAX_SIM_REQUESTS),
-        default=200,
-        help="requests served by the driver for preemptions and hit rate",
-    )
+    memory = "KV memory in token slots (default: 12 GB of OPT-13B KV)"
+    sim = "requests served by the driver for preemptions and hit rate"
+    mem = int_in(1, MAX_MEMORY_TOKENS)
+    ap.add_argument("--memory-tokens", type=mem, default=DEFAULT_MEMORY_TOKENS, help=memory)
+    ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200, help=sim)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--figure", metavar="DIR", help="also write block_size_sweep.png into DIR")
     args = ap.parse_args(argv)

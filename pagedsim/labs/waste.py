@@ -183,29 +183,23 @@ def load_requests(args: argparse.Namespace) -> tuple[list[workloads.Request], st
 def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim waste", description=__doc__.split("\n")[0])
     add_trace_args(ap)
+    memory = "contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)"
+    queue = (
+        "external fragmentation: free space the queue's head cannot use (fcfs) or that no "
+        "waiting request could use (any)"
+    )
+    sharing = (
+        "also print the blocks saved by sharing (n / beam_width 2, 4, 6; driver run on the "
+        "first 1000 requests)"
+    )
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument("--max-len", type=int_in(1, MAX_LEN), default=2048)
     ap.add_argument("--mode", choices=("static", "continuous"), default="static")
-    ap.add_argument(
-        "--memory-tokens",
-        type=int_in(1, MAX_MEMORY_TOKENS),
-        default=DEFAULT_MEMORY_TOKENS,
-        help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)",
-    )
-    ap.add_argument(
-        "--queue",
-        choices=("fcfs", "any"),
-        default="fcfs",
-        help="external fragmentation: free space the queue's head cannot use "
-        "(fcfs) or that no waiting request could use (any)",
-    )
+    mem = int_in(1, MAX_MEMORY_TOKENS)
+    ap.add_argument("--memory-tokens", type=mem, default=DEFAULT_MEMORY_TOKENS, help=memory)
+    ap.add_argument("--queue", choices=("fcfs", "any"), default="fcfs", help=queue)
     ap.add_argument("--json", action="store_true", help="print {paged,max,pow2,oracle: fractions}")
-    ap.add_argument(
-        "--sharing",
-        action="store_true",
-        help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
-        "driver run on the first 1000 requests)",
-    )
+    ap.add_argument("--sharing", action="store_true", help=sharing)
     args = ap.parse_args(argv)
     requests, source = load_requests(args)  # errors: one line on stderr, from pagedsim.app.cli
     frac = breakdown(

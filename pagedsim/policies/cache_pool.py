@@ -14,14 +14,14 @@ uncached, else evicts the cached free block with the smallest key of
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS`; the
-manager, the lab and tests/core/test_registries.py take their names from it.
+A new order is one entry in `EVICTION_KEYS`; the manager, the lab and the tests take their
+names from it.
 
 The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`). A hit is
 never trusted on the hash alone: the tokens are compared, and so is the parent's *content
 id* (one per distinct (parent content id, tokens), kept while a cached block, a cached
-child or a live sequence (`pin`) holds it), so a colliding hash function cannot splice two
-prefixes, while a child still matches after its parent was evicted, as v1's chain does.
+child or a live sequence (`pin`) holds it): a colliding hash cannot splice two prefixes,
+and a child still matches after its parent was evicted, as v1's chain does.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import OutOfBlocks, bool_arg, count_arg
+from ..errors import OutOfBlocks, bool_arg, choice_arg, count_arg
 from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
 from ..linked_pool import LinkedBlockPool
 from .cache_stats import CacheStats
@@ -83,10 +83,7 @@ class CachingBlockPool(LinkedBlockPool):
         enable_kv_cache_events: bool = False,
     ):
         bool_arg("enable_kv_cache_events", enable_kv_cache_events)
-        if not isinstance(eviction, str):
-            raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
-        if eviction not in EVICTION_KEYS:
-            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
+        choice_arg("eviction", eviction, tuple(EVICTION_KEYS))
         super().__init__(num_gpu_blocks, block_size, "fifo")
         n = self.num_gpu_blocks
         self.eviction = eviction  # which cached free block is overwritten first

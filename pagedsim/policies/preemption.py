@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..block_table import NULL_BLOCK
-from ..errors import count_arg
+from ..errors import choice_arg, count_arg
 
 if TYPE_CHECKING:
     from ..manager import KVCacheManager
@@ -177,11 +177,7 @@ PREEMPTION_POLICIES = tuple(PREEMPTION)
 
 def preemption_class(name: str) -> type[RecomputePolicy]:
     """The registered class of a policy name (TypeError / ValueError for a bad name)."""
-    if not isinstance(name, str):
-        raise TypeError(f"preemption policy must be a str, got {type(name).__name__}")
-    if name not in PREEMPTION:
-        raise ValueError(f"preemption policy must be one of {PREEMPTION_POLICIES}, got {name!r}")
-    return PREEMPTION[name]
+    return PREEMPTION[choice_arg("preemption policy", name, tuple(PREEMPTION))]
 
 
 def make_policy(name: str, *, num_cpu_blocks: int = 0, block_bytes: int = 1) -> RecomputePolicy:

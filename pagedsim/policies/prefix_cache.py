@@ -70,9 +70,7 @@ class PrefixCachingManager(KVCacheManager):
                 f"{type(hash_fn).__name__}"
             )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
-        # off: no block is ever hashed, so none is found and every freed block goes back to
-        # the free queue's head (v1's KVCacheManager(enable_caching=False)); SchedulerV1
-        # switches it off when cache_config.enable_prefix_caching is off
+        # off: nothing hashed or found (v1's KVCacheManager(enable_caching=False))
         self.enable_caching = True
         # a group's blocks chain from their own root (v1: BlockHashWithGroupId)
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
