@@ -68,16 +68,17 @@ def _written(span: tuple, frame, before: tuple, owned: dict, labels: tuple, fres
         return f"{seq} computed its last token ({start})"
     block = table[logical]
     new = labels[block] if block < len(labels) else ""
-    old = before[block] if block < len(before) else ""
+    src = _copies(frame).get(block)  # a copy-on-write copy holds its source's text, then more
+    was = block if src is None else src
+    old = before[was] if was < len(before) else ""
     if start % bs == 0:  # the first slot of a block: the block holds this token only
         token = new
-    elif block in owned.get(seq, ()) and new.startswith(old):  # its own block, one more token
-        token = new[len(old) :]
+    elif (src is not None or block in owned.get(seq, ())) and new.startswith(old):
+        token = new[len(old) :]  # one more token after what the block (or its source) held
     else:
         token = ""
     said = f"generated '{visible(token)}' into" if token else f"wrote token {start} into"
     where = "new block" if block in fresh else "block"
-    src = _copies(frame).get(block)
     copied = "" if src is None else f", copied on write from block {src}"
     return f"{seq} {said} {where} {block} (slot {start % bs + 1} of {bs}){copied}"
 

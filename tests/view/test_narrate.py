@@ -50,6 +50,36 @@ def test_each_decode_caption_names_the_block_and_slot_the_engine_wrote(served):
     assert checked > 40
 
 
+COPIED = re.compile(
+    r"^(\S+) generated '(.*)' into (?:new )?block (\d+) \(slot \d+ of \d+\), "
+    r"copied on write from block (\d+)$"
+)
+
+
+@pytest.mark.parametrize("cache", [CACHE, CacheConfig()], ids=["8x24", "default"])
+def test_a_decode_into_a_copy_on_write_copy_names_its_token(cache):
+    """A beam or a parallel sample that writes into a shared block gets a copy first; its
+    caption still says which token it generated: the text the copy holds beyond what its
+    source held before the step (the block text the page shows), never a bare position."""
+    llm, _ = serve(workload=Workload(max_tokens=24), cache=cache)
+    engine = llm.llm_engine
+    frames = step_frames(engine, llm.steps)
+    told = narrate(frames, engine.log)
+    checked = 0
+    for i, caption in enumerate(told.captions):
+        assert "wrote token" not in caption, (i, caption)
+        for part in caption.split("; "):
+            m = COPIED.match(part)
+            if not m:
+                continue
+            token, dst, src = m.group(2, 3, 4)
+            held = frames[i - 1].block_labels[int(src)]
+            now = frames[i].block_labels[int(dst)]
+            assert token and visible(now) == visible(held) + token, (i, part)
+            checked += 1
+    assert checked >= 5  # the shipped workload's beams and samples copy on write
+
+
 def test_the_timeline_orders_each_sequences_life(served):
     engine, frames = served
     told = narrate(frames, engine.log)
