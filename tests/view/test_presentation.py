@@ -155,3 +155,17 @@ def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_m
     loaded.page.screenshot(path=str(shot))
     check_not_blank(shot)
     loaded.check_clean()
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (3840, 2160)])
+def test_the_changed_outline_grows_with_the_screen(open_page, tour_html, size):
+    """A fixed 3 px outline is a hairline on a 4K projector: in presentation mode the
+    outline of what a step changed is at least 0.2% of the 16:9 box the window holds."""
+    loaded = open_page(tour_html, fragment="#step=5&present", viewport=size)
+    widths = loaded.page.evaluate(
+        """() => [...document.querySelectorAll('#blocks .block.touched, #tables .cell.touched')]
+                 .map((e) => parseFloat(getComputedStyle(e).outlineWidth))"""
+    )
+    box = min(size[0], size[1] * 16 / 9)
+    assert len(widths) >= 2 and min(widths) >= 0.002 * box, (widths, box)
+    loaded.check_clean()
