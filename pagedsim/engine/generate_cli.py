@@ -15,6 +15,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -308,17 +309,10 @@ def _write_steps(engine: PagedEngine, steps: list[EngineStep], args: argparse.Na
 
         for path in write_trace(generate.step_frames(engine, steps), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
-    if args.html or args.trace_out:
-        from ..view import sources, write_html
+    from ..app.play import write_pages
+    from ..view import sources
 
-        page = sources.generate(engine, steps)
-        if args.html:
-            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
-        if args.trace_out:
-            Path(args.trace_out).write_text(
-                json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
-            )
-            print(f"wrote {args.trace_out}", file=sys.stderr)
+    write_pages(args, partial(sources.generate, engine, steps))
 
 
 def main(argv: list[str] | None = None) -> int:
