@@ -68,9 +68,8 @@ class Divergence:
 
 @dataclass(frozen=True)
 class Pool:
-    """A block manager under test (`pagedsim generate --pool`, `LLM(pool=)`):
-    `manager(num_gpu_blocks, block_size)` makes an empty KVCacheManager; pagedsim's own, the
-    reference pool, serves the same requests beside it."""
+    """A block manager under test (`generate --pool`, `LLM(pool=)`): `manager(num_gpu_blocks,
+    block_size)` makes an empty KVCacheManager."""
 
     manager: Callable[[int, int], KVCacheManager]
     name: str = "tested"
