@@ -1,11 +1,9 @@
 """`pagedsim generate`'s command line: its flags, the report it prints, and `main`, which
 serves what generate.py describes.
 
-The flags follow vLLM's SamplingParams and engine arguments where they exist (--budget is
-max_num_batched_tokens); a bad flag is one line on stderr and exit status 2 (ArgParser).
---pool NAME serves from a block pool the course registers (course.POOLS; `workspace` is
-the student's 3.4a free list and 3.4b copy-on-write) beside pagedsim's own, and reports
-where the two first part (lockstep.py); exit status 1 when they do.
+The flags follow vLLM's SamplingParams and engine arguments (--budget is
+max_num_batched_tokens). --pool NAME serves a pool the course registers (course.POOLS)
+beside pagedsim's own and reports where the two first part (lockstep.py; exit status 1).
 """
 
 from __future__ import annotations
