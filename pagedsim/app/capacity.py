@@ -183,10 +183,8 @@ def read_config(raw: object, source: str) -> Config:
 
 
 def mla_dims(cfg: Config, heads: int, source: str) -> Config:
-    """Multi-head latent attention (DeepSeek-V2/V3, a config with kv_lora_rank): the
-    latent each token caches per layer, kv_lora_rank + qk_rope_head_dim values (vLLM's
-    MLAAttentionSpec head_size, one KV head, no V), and the per-head K and V values it
-    stands for. Only latent_dim (None) for any other attention."""
+    """MLA's latent per token and layer, kv_lora_rank + qk_rope_head_dim values (vLLM's
+    MLAAttentionSpec), and the per-head K and V values it stands for; else latent_dim None."""
     if cfg.get("kv_lora_rank") is None:
         return dict(latent_dim=None)
     rank = _field(cfg, "kv_lora_rank", source)

@@ -3,12 +3,9 @@
 Sub-commands are imported only when used, so `pagedsim tour` never loads
 matplotlib or numba. Each target is a `main(argv: list[str]) -> int` function.
 
-Errors are handled here, once: a `ValueError`, `TypeError`, `OSError` (an unwritable
-output path, a missing trace), `RuntimeError` (`OutOfBlocks`, a stalled scheduler) or
-`MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`,
-and exit status 2; never a traceback. Commands
-build their parsers with `args.ArgParser`, whose usage errors are one line on stderr too,
-and check numbers at parse time with `args.int_in` / `args.float_in`.
+Errors are handled here, once: a ValueError, TypeError, OSError, RuntimeError or
+MemoryError escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`,
+and exit status 2, never a traceback (io/args.py's ArgParser does the same for usage).
 """
 
 from __future__ import annotations
@@ -46,9 +43,8 @@ COMMANDS = {
         "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)",
     ),
 }
-# The course registers its own commands (lesson, check, workspace, ...) and the block pools
-# `pagedsim generate --pool NAME` can serve from (workspace: the student's 3.4a free list
-# and 3.4b copy-on-write): course.COMMANDS and course.POOLS, name -> (module:function, help).
+# The course registers its commands (lesson, check, ...) and the pools `generate --pool`
+# serves: course.COMMANDS and course.POOLS, name -> (module:function, help).
 try:
     from course import COMMANDS as _COURSE_COMMANDS
     from course import POOLS as _COURSE_POOLS

@@ -6,14 +6,9 @@
     pagedsim play --events E.jsonl --html F    replay a vLLM v1 KV event stream (JSON
                                         lines or a .kvcap capture), every event a step
 
-The commands are `help_text()`; lines starting with # are comments. After each command the
-pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
-is explained in one line and changes nothing; a pool that runs dry is a step of its own.
-Options pick the manager: `--enable-prefix-caching` (v1), `--sliding-window N` (with `--hybrid`:
-two KV cache groups; `--window N` and `--hybrid N` are accepted as before),
-`--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
-does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
-
+The commands are `help_text()`; # starts a comment. After each command the pool is printed
+(a SCRIPT written with `--html` prints captions only); a mistake is one line and changes
+nothing. The flags pick the manager, under vLLM's engine-argument names.
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -134,8 +130,8 @@ def echo(text: str, width: int, out: TextIO | None = None) -> None:
 
 
 def printable(text: object) -> str:
-    """`text` (as str) with control characters (ANSI escapes, a carriage return) written as
-    escapes, so a sequence name cannot move the cursor or recolour the terminal."""
+    """`text` with control characters written as escapes: a sequence name cannot move the
+    cursor or recolour the terminal."""
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in str(text))
 
 
@@ -261,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def options(args: argparse.Namespace) -> Options:
-    """The pool the flags ask for, each under the name it keeps down to the pool.
-    `--hybrid N` is `--hybrid --sliding-window N`: the window keeps one name past here."""
+    """The pool the flags ask for; `--hybrid N` is `--hybrid --sliding-window N`."""
     sliding_window, hybrid = args.sliding_window, args.hybrid
     if hybrid is not True and hybrid is not False:
         if sliding_window not in (None, hybrid):
@@ -305,7 +300,7 @@ def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
     if args.draw:
         _write(session.timeline(lang), args, lang)
-    _pages(args, lambda: sources.play(session, lang))
+    write_pages(args, partial(sources.play, session, lang))
     return 1 if args.script and play.mistakes else 0
 
 
@@ -313,8 +308,7 @@ MAX_SCRIPT_BYTES = 1 << 20  # a scenario is a few dozen lines; a larger file is 
 
 
 def _script(path: Path, p: ArgParser) -> list[str]:
-    """A scenario's lines, read only up to MAX_SCRIPT_BYTES; a file that is missing, larger
-    or not UTF-8 is a one-line usage error."""
+    """A scenario's lines; a file missing, too large or not UTF-8 is a usage error."""
     if not path.is_file():
         p.error(f"no such script: {printable(path)}")
     from ..io.trace_json import read_bounded
@@ -346,9 +340,8 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
-    _pages(
-        args, lambda: sources.saved(data, lang, title=f"pagedsim play --trace {args.trace.name}")
-    )
+    title = f"pagedsim play --trace {args.trace.name}"
+    write_pages(args, partial(sources.saved, data, lang, title=title))
     return 0
 
 
@@ -395,15 +388,15 @@ def _draw_events(
     return 0
 
 
-def _pages(args: argparse.Namespace, make_page: Callable[[], dict[str, Any]]) -> None:
-    """--html and --trace-out: the page (`pagedsim.view`) and the trace it shows."""
+def write_pages(args: argparse.Namespace, make_page: Callable[[], dict[str, Any]]) -> None:
+    """--html and --trace-out (`play`, `generate`): the page (`pagedsim.view`) and its trace."""
     if not (args.html or args.trace_out):
         return
     page = make_page()
     if args.html:
         print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
     if args.trace_out:
-        args.trace_out.write_text(
+        Path(args.trace_out).write_text(
             json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
         )
         print(f"wrote {args.trace_out}", file=sys.stderr)

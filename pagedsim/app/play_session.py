@@ -1,17 +1,12 @@
 """The playground's state: a real block manager, a timeline of commands, and time travel.
 
-A `Session` owns one manager and the commands that built its state; each accepted command
-is one *moment*. `back` and `forward` move a cursor over the recorded snapshots; a new
-command typed in the past cuts the future off and replays the kept commands (the
-simulator is deterministic), like undo in an editor.
-
-Rules a classroom needs:
-    * a refused command changes nothing and is not kept; `Refused` carries the one-line reason;
-    * a pool that runs dry is a *step* (AllocationFailed), kept, printed and drawn;
-    * copy-on-write pairs are drained after every command (a snapshot shows its own);
-    * with a preemption policy (v0's scheduler, vLLM paper Sec. 4.5) a short pool
-      preempts the newest other sequence: `recompute` frees it, `swap` keeps its table
-      on the host so `resume` can bring it back.
+A `Session` owns one manager and the commands (*moments*) that built its state. `back` and
+`forward` move a cursor over them; a command typed in the past cuts the future off and
+replays the kept commands (the simulator is deterministic), like undo in an editor.
+A refused command changes nothing (`Refused` carries the one-line reason); a pool that
+runs dry is a kept step; copy-on-write pairs are drained after every command. With a
+preemption policy (v0's scheduler, vLLM paper Sec. 4.5) a short pool preempts the newest
+other sequence: `recompute` frees it, `swap` keeps its table on the host for `resume`.
 """
 
 from __future__ import annotations
@@ -56,7 +51,7 @@ STEPS = {
 
 
 def parse(text: str) -> tuple[str, list[str | int]]:
-    """`alloc A 6` -> ("alloc", ["A", 6]); a Refused names what is wrong."""
+    """`alloc A 6` -> ("alloc", ["A", 6]) (N as an int); a Refused names what is wrong."""
     op, *words = text.split()
     if op not in STEPS:
         raise Refused(f"unknown command {op!r} (`help` lists them)")
@@ -73,18 +68,6 @@ def parse(text: str) -> tuple[str, list[str | int]]:
         else:
             args.append(word)
     return op, args
-
-
-def _word(arg: str | int) -> str:
-    """A SEQ / CHILD / WORD argument: `parse` keeps those as the words typed."""
-    assert isinstance(arg, str), f"parse gives words for names, got {arg!r}"
-    return arg
-
-
-def _number(arg: str | int) -> int:
-    """An N argument: `parse` has turned it into an int."""
-    assert isinstance(arg, int), f"parse gives ints for counts, got {arg!r}"
-    return arg
 
 
 def prompt_tokens(word: str, n: int) -> list[int]:
@@ -275,35 +258,35 @@ class Session:
         self._pending_notes = []
         try:
             if op == "alloc":
-                seq, n = _word(args[0]), _number(args[1])
+                seq, n = str(args[0]), int(args[1])
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
                 if isinstance(m, (PrefixCachingManager, HybridManager)):  # ids for the cache
-                    word = _word(args[2]) if len(args) > 2 else seq
+                    word = str(args[2]) if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
                 else:
                     m.add_sequence(seq, n)
             elif op == "append":
-                m.append_tokens(_word(args[0]), _number(args[1]) if len(args) > 1 else 1)
+                m.append_tokens(str(args[0]), int(args[1]) if len(args) > 1 else 1)
             elif op == "fork":
                 if isinstance(m, HybridManager):
                     raise Refused(
                         "fork is vLLM v0's; the hybrid allocator is v1, which shares "
                         "blocks only through the prefix cache"
                     )
-                m.fork(_word(args[0]), _word(args[1]))
+                m.fork(str(args[0]), str(args[1]))
             elif op == "free":
-                m.free_sequence(_word(args[0]))
+                m.free_sequence(str(args[0]))
             elif op == "evict":
-                victim = _word(args[0]) if args else self._victim(set())
+                victim = str(args[0]) if args else self._victim(set())
                 if victim is None:
                     raise Refused("no live sequence to evict")
                 if victim not in m:
                     raise Refused(f"no live sequence {victim!r}")
                 self._preempt(victim)
             elif op == "resume":
-                notes.append(self._resume(_word(args[0])))
+                notes.append(self._resume(str(args[0])))
         except Refused:
             raise
         except OutOfBlocks as e:

@@ -3,13 +3,10 @@
 Its fork and copy-on-write follow vLLM v0 (v1 shares only full blocks, through the
 prefix cache); its free list is v1's free queue (block_pool.py).
 
-The script follows the chapter: two sequences grow across block boundaries (3.3),
-one forks for beam search so blocks are shared and copy-on-write happens (3.4),
-one finishes and its blocks go back to the free list, and finally the pool runs
-dry and the `OutOfBlocks` that follows is explained. Each step prints the event,
-the free list head first, every block table, and every physical block's owners,
-count and fill. `--json` prints the recorded trace instead; `--draw DIR` also
-writes the frames and a GIF (needs matplotlib, imported only then).
+The script (tour.toml) follows the chapter: sequences grow across block boundaries (3.3),
+one forks for beam search and copy-on-write happens (3.4), one finishes, and the pool runs
+dry. Each step prints the event, the free list, every block table and every block's
+owners, count and fill.
 """
 
 from __future__ import annotations
@@ -39,10 +36,12 @@ VIEW_ZH: dict[str, str] = TEXT["view_zh"]  # the snapshot view, printed by `play
 ZH = {**VIEW_ZH, **TEXT["tour_zh"]}  # everything the tour prints
 
 
-def _whys(lang: str) -> tuple[str, list[str], str]:
-    """The tour's start line, the why of each step, and its out-of-blocks note, in `lang`."""
+def _whys(snaps: list[Snapshot], lang: str) -> tuple[list[str], str | None]:
+    """Why each snapshot's call is made, in `lang`, and the note if the pool ran dry."""
     key = "zh" if lang == "zh" else "en"
-    return TEXT["start"][key], [step[key] for step in SCRIPT], TEXT["out_of_blocks_note"][key]
+    whys = [SCRIPT[s.step - 1][key] if s.step else TEXT["start"][key] for s in snaps]
+    dry = any(e.kind == "allocation_failed" for e in snaps[-1].events)
+    return whys, TEXT["out_of_blocks_note"][key] if dry else None
 
 
 def tour_manager(steps: int | None = None) -> KVCacheManager:
@@ -214,13 +213,12 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
         )
         + "\n"
     )
-    start, script, note = _whys(lang)
+    whys, note = _whys(snaps, lang)
     k = 0
     while k < len(snaps):
         s = snaps[k]
-        why = script[s.step - 1] if s.step else start
         show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
-        show(say("  why: {why}", why=why))
+        show(say("  why: {why}", why=whys[k]))
         print(format_snapshot(s, width=width, lang=lang))
         print()
         k += 1
@@ -232,7 +230,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
                 return False
             if answer.strip().lower() == "b":  # show the step before this one again
                 k = max(0, k - 2)
-    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+    if note:
         show(note, indent="")
     return True
 
@@ -252,9 +250,8 @@ def tour_page(lang: str = "en", steps: int | None = None) -> TourPage:
     trace = tour_manager(steps).trace
     assert trace is not None, "the tour's manager records a trace"
     snaps = trace.snapshots
-    start, script, note = _whys(lang)
-    whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
-    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+    whys, note = _whys(snaps, lang)
+    if note:
         whys[-1] += " " + note
     options = PageOptions(
         captions=[caption(s, lang) for s in snaps],

@@ -10,10 +10,8 @@
                   preemption by swap or recompute)
     llm.py        vLLM's offline `LLM` over it; generate.py: `pagedsim generate`
 
-The engine is *not* part of pagedsim's core: it consumes the core (public calls only) and
-cuda_kernels (through kernels_backend.py, only when asked for), and nothing in either
-imports it (tests/core/test_core_imports.py). It ships inside the package so that
-`pip install pagedsim` brings the shipped model and `pagedsim generate` with it.
+The engine is not part of pagedsim's core: it uses the core's public calls and
+cuda_kernels (only when asked for), and neither imports it (tests/core/test_core_imports.py).
 """
 
 from .dense import DenseEngine

@@ -2,12 +2,9 @@
 
 An attention backend has the methods of `AttentionBackend`, on caches in the layout of
 cuda_kernels/layout.py ([num_blocks, 2, H_kv, B, D] float32): a NumPy array here, a device
-array in kernels_backend.py. `spec` is the layer's model.Attention (scale, soft-cap,
-sliding window); a table entry the window left behind may be -1 (vLLM's null block).
-`choose(name)` is the only place a backend is picked: "auto" means the kernels on a GPU
-and NumPy on the CPU (the simulator runs each CUDA thread as a Python thread, so only when
-asked for). NumpyAttention reads K/V through the same block tables and slots as the
-kernels, so blocks, copy-on-write, prefix hits and swapping are exercised either way.
+array in kernels_backend.py. `spec` is the layer's model.Attention; a table entry may be -1
+(vLLM's null block). `choose(name)` is the only place a backend is picked: "auto" means
+the kernels on a GPU, else NumPy, which reads through the same block tables and slots.
 """
 
 from __future__ import annotations
@@ -151,12 +148,10 @@ def batched_decode(
     spec: Attention | None = None,
     workspace: Floats | None = None,
 ) -> Floats:
-    """One query per sequence, every sequence at once -> [S, H, D]. Each sequence's blocks
-    are gathered through its table (padded to the longest), and its query meets each
-    block in place: a [G, D] x [D, B] product per (sequence, block, KV head), one stacked
-    matmul, with the positions past a sequence's length, in a null block or before its
-    window masked. `workspace`: a float32 array the gather may reuse (fresh pages for
-    every layer's gather cost more than the arithmetic)."""
+    """One query per sequence, all at once -> [S, H, D]: the blocks gathered through the
+    tables (padded to the longest), a [G, D] x [D, B] product per (sequence, block, KV
+    head) in one stacked matmul, positions past the length, in a null block or before the
+    window masked. `workspace`: a float32 array the gather may reuse."""
     s, heads, d = query.shape
     if s == 0:
         return np.empty(query.shape, np.float32)
@@ -195,9 +190,7 @@ def batched_decode(
 
 
 def gpu_visible() -> bool:
-    """A GPU is usable: PAGEDSIM_CUDA=gpu, or the driver's /dev/nvidiactl exists (a
-    stricter test than cuda_kernels', which also accepts a loadable libcuda; this one
-    must not import numba)."""
+    """A GPU is usable: PAGEDSIM_CUDA=gpu, or /dev/nvidiactl exists (no numba import)."""
     forced = os.environ.get("PAGEDSIM_CUDA", "").strip().lower()
     if forced:
         return forced == "gpu"

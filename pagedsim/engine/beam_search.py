@@ -14,10 +14,8 @@ step, for W beams and S stop tokens:
   * the search ends early when W hypotheses are finished and the best beam's score is no
     better than the worst of them. The output is the hypotheses, best first.
 
-vLLM v1's `LLM.beam_search` (vllm/beam_search.py, `get_beam_search_score`) differs: it keeps
-every stop token among each beam's 2W best as completed, runs the others to max_tokens
-with no early stop, and divides by len(prompt + output). The storage side is v0's
-in-engine beam search: surviving beams fork and append on every step.
+vLLM v1's `LLM.beam_search` (vllm/beam_search.py) differs: no early stop, and it divides
+by len(prompt + output). The storage side is v0's: surviving beams fork and append.
 """
 
 from __future__ import annotations

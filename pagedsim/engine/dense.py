@@ -1,10 +1,8 @@
 """The reference engine: no blocks, no kernels, one request at a time.
 
-Each sequence keeps its K and V as contiguous NumPy arrays per layer
-([L, H_kv, D], grown by concatenation; a fork copies them), and attention is plain
-softmax(q K^T / sqrt(D)) V over them, causal inside a prefill. Whatever the paged
-engine does with blocks, copy-on-write, prefix caching or preemption, its tokens must
-equal these and its logits must agree to float32 rounding.
+Each sequence keeps its K and V as contiguous arrays per layer ([L, H_kv, D], grown by
+concatenation) under plain causal softmax(q K^T / sqrt(D)) V. Whatever the paged engine
+does with blocks, its tokens must equal these and its logits agree to float32 rounding.
 """
 
 from __future__ import annotations
@@ -62,9 +60,8 @@ class DenseEngine:
     def __init__(
         self, model: Transformer, *, max_num_seqs: int = 256, max_model_len: int = 1 << 16
     ):
-        """`max_num_seqs` (vLLM's name): sequences one request may run at once (n or beams);
-        `max_model_len`: prompt + max_tokens. A request past either is refused before it
-        runs, as PagedEngine refuses one its pool could never hold."""
+        """`max_num_seqs`: sequences one request may run at once (n or beams); `max_model_len`:
+        prompt + max_tokens. A request past either is refused before it runs."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "

@@ -12,17 +12,14 @@ characters); --model DIR serves a local Hugging Face checkpoint (hf.py). With no
 
 Each step prints its batch and what the block manager did; the end prints each
 request's text, its prefix-cache hits, and whether every token and logit matched the
-dense engine. --turns N serves a conversation: each turn's prompt is the previous prompt,
-its answer and the next speaker's cue, so turn 2 on hits the blocks of turn 1's prompt
-*and* answer (v1 caches generated blocks too). A checkpoint's generation_config.json
-applies as vLLM's --generation-config auto applies it (apply_generation_config).
+dense engine. --turns N serves a conversation: each turn's prompt is the transcript so far
+and the next speaker's cue, so turn 2 on hits turn 1's prompt *and* answer blocks (v1
+caches generated blocks too).
 
-`serve` works as a vLLM user would: the workload becomes prompts and SamplingParams
-(BeamSearchParams for a beam search) for a `pagedsim.LLM` (llm.py), served by
-`LLM.generate` (once per turn) and checked by `LLM.check_dense`; the step log and trace
-are read from `llm.llm_engine` and `llm.steps`. `pool=` serves from another block
-manager (`--pool workspace`: the student's 3.4a and 3.4b) beside pagedsim's own, compared
-after every manager call (lockstep.py).
+`serve` works as a vLLM user would: prompts and SamplingParams (BeamSearchParams for a
+beam search) for a `pagedsim.LLM` (llm.py), served by `LLM.generate` and checked by
+`LLM.check_dense`; `pool=` serves a block manager under test beside pagedsim's own
+(lockstep.py).
 """
 
 from __future__ import annotations
@@ -105,13 +102,11 @@ DEFAULT_MAX_TOKENS = 32
 def apply_generation_config(
     generation: dict[str, Any], overrides: Fields, max_tokens: int | None
 ) -> tuple[Fields, int, dict[str, Any]]:
-    """(request fields, max_tokens, what came from the file) for generation_config.json's
-    fields, as vLLM's `--generation-config auto` uses them: the user's flags win;
-    eos_token_id always stops; max_new_tokens stands in for an absent --max-tokens. Greedy
-    unless asked to sample (--temperature > 0, or -n > 1, --seed, --top-p or --top-k: then
-    the file's temperature, else 1, and the file's top_p and top_k). A file's do_sample
-    alone does not switch sampling on (transformers would): the report says so. A file
-    without top_k means no top-k, as in vLLM (transformers' generate() would apply 50)."""
+    """(request fields, max_tokens, what came from the file), as vLLM's `--generation-config
+    auto` reads generation_config.json: the user's flags win; eos_token_id always stops;
+    max_new_tokens stands in for --max-tokens. Greedy unless asked to sample (--temperature
+    > 0, -n > 1, --seed, --top-p or --top-k: then the file's temperature, top_p and top_k);
+    do_sample alone does not sample, and no top_k means none (transformers differ in both)."""
     used: dict[str, Any] = {}
     fields = dict(overrides)
     if "eos_token_id" in generation:
@@ -138,10 +133,9 @@ def apply_generation_config(
 
 @dataclass(frozen=True)
 class Workload:
-    """What `generate` serves: the prompts (text or token ids; none: the mix), or `turns`
-    turns of a conversation, `max_tokens` each (None: the generation config's, else 32),
-    the command line's sampling flags as `overrides`, and generation_config.json applied
-    ("auto") or not ("none")."""
+    """What `generate` serves: the prompts (text or token ids; none: the mix) or `turns`
+    turns of a conversation, `max_tokens` each, the sampling flags as `overrides`, and
+    generation_config.json applied ("auto", as LLM checks) or not ("none")."""
 
     prompts: Sequence[str | Sequence[int]] = ()  # kept as a tuple
     max_tokens: int | None = None
@@ -150,17 +144,13 @@ class Workload:
     generation_config: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.generation_config not in ("auto", "none"):
-            raise ValueError(
-                f"generation_config must be 'auto' or 'none', got {self.generation_config!r}"
-            )
         object.__setattr__(self, "prompts", tuple(self.prompts or ()))
 
 
 @dataclass(frozen=True)
 class Plan:
-    """A workload in vLLM's terms: prompts (with --turns, the first turn's) as token ids,
-    their parameters, the pool's size, and the generation_config.json settings taken."""
+    """A workload in vLLM's terms: token ids (with --turns, the first turn's), parameters,
+    the pool's size, and the generation_config.json settings taken."""
 
     prompts: list[tuple[int, ...]]
     params: list[Params]
@@ -169,8 +159,7 @@ class Plan:
 
 
 def plan(model: Transformer, tok: Any, workload: Workload, cache: CacheConfig) -> Plan:
-    """The workload's prompts and parameters (the command line's over the generation
-    config's), and the pool they need (pool_size)."""
+    """The workload's prompts, parameters (flags over the generation config) and pool."""
     info = getattr(model, "info", {})
     overrides, max_tokens, from_file = apply_generation_config(
         info.get("generation", {}) if workload.generation_config == "auto" else {},
@@ -231,10 +220,9 @@ def serve(
     pool: Pool | None = None,
     check_dense: bool = True,
 ) -> tuple[LLM, dict[str, Any]]:
-    """Serve the workload (default: the mix) on a traced LLM, then check it on the dense
-    engine unless `check_dense` is False. Returns (llm, the summary `generate` reports).
-    `pool`: serve from a block manager under test beside pagedsim's own (lockstep.py);
-    summary["pool"] says where the two first part; lockstep.PoolFailed if it raises."""
+    """Serve the workload (default: the mix) on a traced LLM, checked on the dense engine
+    if `check_dense`: (llm, the summary `generate` reports). With `pool`, summary["pool"]
+    says where it parted from the reference (lockstep.PoolFailed if it raises)."""
     if model is None:
         model, tok = load()
     workload, cache = workload or Workload(), cache or CacheConfig()
@@ -256,8 +244,7 @@ def serve(
 
 
 def conversation(llm: LLM, planned: Plan, turns: int) -> list[RequestOutput]:
-    """`LLM.generate` on the plan's prompts; with `turns`, once per turn, each prompt the
-    previous prompt, its answer and the next speaker's cue."""
+    """`LLM.generate` on the plan's prompts; with `turns`, once per turn (module docstring)."""
     if not turns:
         return llm.generate(planned.prompts, planned.params)
     outputs: list[RequestOutput] = []
@@ -315,9 +302,9 @@ def report(tok: Any, out: RequestOutput) -> dict[str, Any]:
 
 
 def step_frames(engine: PagedEngine, steps: Sequence[EngineStep]) -> list[LabelledSnapshot]:
-    """The manager's snapshot after each engine step (`LLM(trace=True).steps`), numbered by
-    engine step (as `generate` prints them), captioned with that step's batch, carrying
-    all of the step's events, and each block labelled with the text it holds."""
+    """The manager's snapshot after each engine step (`LLM(trace=True).steps`), numbered
+    as `generate` prints, captioned with the batch, with all the step's events and each
+    block labelled with its text."""
     trace = engine.manager.trace
     if trace is None:
         raise ValueError("step_frames needs an engine that records a trace (LLM(trace=True))")

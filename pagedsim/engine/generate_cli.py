@@ -1,11 +1,9 @@
 """`pagedsim generate`'s command line: its flags, the report it prints, and `main`, which
 serves what generate.py describes.
 
-The flags follow vLLM's SamplingParams and engine arguments where they exist (--budget is
-max_num_batched_tokens); a bad flag is one line on stderr and exit status 2 (ArgParser).
---pool NAME serves from a block pool the course registers (course.POOLS; `workspace` is
-the student's 3.4a free list and 3.4b copy-on-write) beside pagedsim's own, and reports
-where the two first part (lockstep.py); exit status 1 when they do.
+The flags follow vLLM's SamplingParams and engine arguments (--budget is
+max_num_batched_tokens). --pool NAME serves a pool the course registers (course.POOLS)
+beside pagedsim's own and reports where the two first part (lockstep.py; exit status 1).
 """
 
 from __future__ import annotations
@@ -15,6 +13,7 @@ import importlib
 import json
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -308,17 +307,10 @@ def _write_steps(engine: PagedEngine, steps: list[EngineStep], args: argparse.Na
 
         for path in write_trace(generate.step_frames(engine, steps), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
-    if args.html or args.trace_out:
-        from ..view import sources, write_html
+    from ..app.play import write_pages
+    from ..view import sources
 
-        page = sources.generate(engine, steps)
-        if args.html:
-            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
-        if args.trace_out:
-            Path(args.trace_out).write_text(
-                json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
-            )
-            print(f"wrote {args.trace_out}", file=sys.stderr)
+    write_pages(args, partial(sources.generate, engine, steps))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,9 +10,8 @@
     tokenizer.json           read by Hugging Face's `tokenizers` library
     generation_config.json   optional -> hf_generation.py
 
-A field that cannot be served is refused in one line naming it; JSON files over a size
-limit are refused before a byte is read; nothing is fetched from a network. Every
-failure is a `hf_json.CheckpointError` (a ValueError) naming the file and the field.
+Nothing is fetched from a network; every failure is one line, a `hf_json.CheckpointError`
+(a ValueError) naming the file and the field.
 """
 
 from __future__ import annotations
@@ -41,8 +40,7 @@ def load_model(directory: str | Path) -> Transformer:
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """DIR/tokenizer.json through Hugging Face's `tokenizers` library; a file over
-    MAX_TOKENIZER_BYTES is refused from its size alone, before it is read."""
+    """DIR/tokenizer.json through Hugging Face's `tokenizers` (refused unread when too big)."""
     from tokenizers import Tokenizer
 
     path = Path(directory) / "tokenizer.json"

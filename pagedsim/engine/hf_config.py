@@ -225,28 +225,25 @@ def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
         )
         rope = read_rope(raw, path, family, "full")
     unscaled = family == "gpt2" and not field(raw, path, "scale_attn_weights", bool, True)
-    try:
-        return ModelConfig(
-            vocab=vocab,
-            layers=layers,
-            heads=heads,
-            hidden=hidden,
-            mlp=mlp,
-            kv_heads=kv,
-            head_dim=head_dim,
-            rope_base=rope[0],
-            rope_scaling=rope[1],
-            rms_eps=field(raw, path, spec.eps[0], float, spec.eps[1]),
-            tie_embeddings=field(raw, path, "tie_word_embeddings", bool, spec.tie),
-            sliding_window=sliding_window,
-            act=act,
-            rotary_dim=rotary,
-            learned_positions=learned,
-            attn_scale=1.0 if unscaled else None,  # GPT-2's scale_attn_weights false
-            **_classic_switches(raw, path, family),
-        )
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
+    return ModelConfig(
+        vocab=vocab,
+        layers=layers,
+        heads=heads,
+        hidden=hidden,
+        mlp=mlp,
+        kv_heads=kv,
+        head_dim=head_dim,
+        rope_base=rope[0],
+        rope_scaling=rope[1],
+        rms_eps=field(raw, path, spec.eps[0], float, spec.eps[1]),
+        tie_embeddings=field(raw, path, "tie_word_embeddings", bool, spec.tie),
+        sliding_window=sliding_window,
+        act=act,
+        rotary_dim=rotary,
+        learned_positions=learned,
+        attn_scale=1.0 if unscaled else None,  # GPT-2's scale_attn_weights false
+        **_classic_switches(raw, path, family),
+    )
 
 
 def _moe_fields(raw: Json, path: Path, family: str, layers: int) -> Switches:
@@ -362,40 +359,36 @@ def _modern_config(raw: Json, path: Path, family: str) -> ModelConfig:
             )
     no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
     scales = _modern_scales(raw, path, family, hidden)
-    try:
-        config = ModelConfig(
-            vocab=field(raw, path, "vocab_size", int),
-            layers=layers,
-            heads=heads,
-            kv_heads=field(raw, path, "num_key_value_heads", int, heads),
-            head_dim=head_dim,
-            hidden=hidden,
-            mlp=field(raw, path, "intermediate_size", int),
-            rope_base=theta,
-            rope_scaling=scaling,
-            local_rope_base=local,
-            rms_eps=field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
-            tie_embeddings=field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
-            qkv_bias=bias,
-            o_bias=bias and base != "qwen2",
-            sliding_window=sliding_window,
-            layer_types=types,
-            act=act,
-            no_rope_layers=no_rope,
-            rotary_dim=rotary,
-            fused=family == "phi3",
-            rope_switch_recomputes=family == "phi3",
-            **_moe_fields(raw, path, family, layers),
-            norm_offset=1 if family in GEMMA else 0,
-            norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
-                family, "pre"
-            ),
-            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
-            **scales,
-        )
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
-    return config
+    return ModelConfig(
+        vocab=field(raw, path, "vocab_size", int),
+        layers=layers,
+        heads=heads,
+        kv_heads=field(raw, path, "num_key_value_heads", int, heads),
+        head_dim=head_dim,
+        hidden=hidden,
+        mlp=field(raw, path, "intermediate_size", int),
+        rope_base=theta,
+        rope_scaling=scaling,
+        local_rope_base=local,
+        rms_eps=field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
+        tie_embeddings=field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
+        qkv_bias=bias,
+        o_bias=bias and base != "qwen2",
+        sliding_window=sliding_window,
+        layer_types=types,
+        act=act,
+        no_rope_layers=no_rope,
+        rotary_dim=rotary,
+        fused=family == "phi3",
+        rope_switch_recomputes=family == "phi3",
+        **_moe_fields(raw, path, family, layers),
+        norm_offset=1 if family in GEMMA else 0,
+        norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
+            family, "pre"
+        ),
+        qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
+        **scales,
+    )
 
 
 def load_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
@@ -415,7 +408,12 @@ def load_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
         )
     family = FAMILIES[archs[0]]
     reader = _classic_config if family in CLASSIC else _modern_config
-    config = reader(raw, path, family)
+    try:
+        config = reader(raw, path, family)
+    except CheckpointError:
+        raise
+    except (TypeError, ValueError) as e:  # ModelConfig's own checks, named by file
+        raise CheckpointError(f"{path}: {e}") from None
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
     eos = config_eos(raw, path, config, generation)

@@ -1,11 +1,9 @@
 """The families pagedsim serves, and what each family's transformers config class fills in:
 the tables of hf_families.toml, read once.
 
-FAMILIES maps config.json's `architectures` to a family; REFUSED names the families out
-of reach and why. DEFAULTS and MAX_POSITIONS are the families' config defaults (a mixture
-of experts reads its attention as its dense relative, MOE_BASE), CLASSIC the classic
-families' field names and defaults (GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2,
-Cohere). hf_config.py reads config.json through these tables.
+FAMILIES maps config.json's `architectures` to a family, REFUSED says why a family is out
+of reach; DEFAULTS, MAX_POSITIONS and CLASSIC (the classic families' field names) are the
+config classes' defaults. hf_config.py reads config.json through these tables.
 """
 
 from __future__ import annotations

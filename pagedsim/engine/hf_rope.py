@@ -1,10 +1,6 @@
 """A checkpoint's rope fields, read as transformers 5 reads them: rope_theta and rope_scaling
-(transformers 4) or rope_parameters (transformers 5, per layer type for Gemma 3). A
-non-empty rope_scaling beside rope_parameters replaces it, as transformers 5 does.
-
-Every rope_type rope.py computes is read here (default, linear, llama3, yarn, dynamic,
-longrope), each by its own reader; any other is refused in one line naming the field.
-The result is what ModelConfig takes: rope_theta and the scaling as sorted pairs.
+(transformers 4) or rope_parameters (transformers 5, per layer type for Gemma 3). Each
+rope_type rope.py computes has a reader (ROPE_READERS); any other is refused in one line.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ Rope = tuple[float, tuple[tuple[str, RopeValue], ...]]  # rope_theta, the scalin
 
 
 def rope_source(raw: Json, path: Path) -> tuple[object, str]:
-    """(the rope dict, its field name), by transformers 5's rule: a truthy rope_scaling
-    replaces rope_parameters whole (`rope_scaling or rope_parameters`); anything but an
-    object there is refused, as transformers refuses it."""
+    """(the rope dict, its field name): a truthy rope_scaling replaces rope_parameters whole,
+    as in transformers 5."""
     scaling = raw.get("rope_scaling")
     if scaling:
         if not isinstance(scaling, dict):
@@ -37,9 +32,7 @@ def rope_source(raw: Json, path: Path) -> tuple[object, str]:
 
 
 def read_rope(raw: Json, path: Path, family: str, layer_kind: str) -> Rope:
-    """(rope_theta, rope scaling as sorted pairs) for layers of `layer_kind`, read as
-    transformers 5 reads rope_theta, rope_scaling and rope_parameters (per layer type for
-    Gemma 3). Every rope_type rope.py lists is served; any other is refused."""
+    """(rope_theta, the scaling as sorted pairs): what ModelConfig takes, for `layer_kind`."""
     params, name = rope_source(raw, path)
     if isinstance(params, dict) and f"{layer_kind}_attention" in params:
         params, name = params[f"{layer_kind}_attention"], f"{name}.{layer_kind}_attention"
@@ -93,9 +86,8 @@ class _RopeFields:
         )
 
     def original(self) -> int:
-        """original_max_position_embeddings: Phi-3's top-level field (its config class
-        default 4096) overrides the dict's, as Phi3Config does; other families read the
-        dict, else max_position_embeddings."""
+        """original_max_position_embeddings: Phi-3's top-level field (default 4096), else
+        the dict's, else max_position_embeddings."""
         if self.family == "phi3":
             return field(self.raw, self.path, "original_max_position_embeddings", int, 4096)
         return self.number("original_max_position_embeddings", int, self.max_positions())

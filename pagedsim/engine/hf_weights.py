@@ -1,11 +1,10 @@
 """A checkpoint's weights: model.safetensors (one file or an index and its shards), or
 pytorch_model*.bin through torch.load(weights_only=True) when torch is installed.
 
-Every header is checked first (float dtypes only, the layer count against the layers the
-files hold, names, shapes); then each tensor is read through its own short-lived
-`safe_open` and converted to float32 (bf16 through `ml_dtypes`), so peak memory is the
-float32 model plus about one layer (tests/engine/test_hf_checkpoints.py holds a bf16 load
-under 2.5x its file size). Both formats go through one name map (layouts.tensor_map).
+Every header is checked first (float dtypes, layer count, names, shapes); then each tensor
+is read through its own short-lived `safe_open` and converted to float32 (bf16 through
+`ml_dtypes`), so peak memory is the float32 model plus about one layer. Both formats go
+through one name map (layouts.tensor_map).
 """
 
 from __future__ import annotations
@@ -107,10 +106,8 @@ def check_sizes(
 def load_weights(
     directory: str | Path, config: ModelConfig, family: str = "llama"
 ) -> dict[str, np.ndarray]:
-    """Every tensor `tensor_shapes(config)` lists, float32, checked against the config:
-    the headers first (dtypes, sizes, names, shapes), then one tensor at a time. A
-    safetensors checkpoint and a `.bin` one go through the same family name map
-    (layouts.tensor_map: renamed, fused and Conv1D tensors alike)."""
+    """Every tensor `tensor_shapes(config)` lists, float32: the headers checked first, then
+    one tensor at a time."""
     directory = Path(directory)
     files = weight_files(directory)
     read: Callable[[str, Path], np.ndarray]

@@ -1,24 +1,12 @@
 """Where each family's checkpoint keeps its tensors, and how they become the model's.
 
 model.py names every tensor as Llama does (`model.layers.{i}.self_attn.q_proj.weight`,
-[out, in]). Most families save exactly those names; the classic ones do not:
-
-    GPT-2        transformer.h.{i}: ln_1, attn.c_attn (Conv1D [in, 3 x hidden]: q | k | v
-                 columns), attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (Conv1D: transposed);
-                 transformer.wte / wpe (learned positions) / ln_f; the head is tied
-    GPT-NeoX     gpt_neox.layers.{i}: attention.query_key_value rows per head [q_h k_h v_h],
-                 attention.dense, mlp.dense_h_to_4h / dense_4h_to_h; embed_in, embed_out
-    Phi-2        model.layers.{i}: self_attn.dense (o), mlp.fc1 / fc2; model.final_layernorm,
-                 lm_head with a bias
-    Falcon       transformer.h.{i}: self_attention.query_key_value rows [q heads | k | v]
-                 (multi-query: one K/V head), dense, mlp.dense_h_to_4h / dense_4h_to_h;
-                 transformer.word_embeddings / ln_f
-    Starcoder2   mlp.c_fc / c_proj ([out, in], not Conv1D)
-    StableLM, Cohere   Llama's names (LayerNorms with or without biases)
-
-The names are data, in layouts.toml. `tensor_map(family, config)` lists, per checkpoint
-tensor, its shape and the model tensors it becomes: (model name, transposed?, the rows
-taken -- None for all).
+[out, in]). Most families save exactly those names; the classic ones (GPT-2, GPT-NeoX,
+Phi-2, Falcon, Starcoder2) rename them, GPT-2 as transposed Conv1D weights, and GPT-NeoX
+and Falcon fuse q, k and v into one query_key_value (rows per head for GPT-NeoX, [q heads
+| k | v] for Falcon). The names are data, in layouts.toml. `tensor_map(family, config)`
+lists, per checkpoint tensor, its shape and the model tensors it becomes: (model name,
+transposed?, the rows taken -- None for all).
 """
 
 from __future__ import annotations

@@ -10,28 +10,22 @@ paged engine.
 
 Engine arguments are vLLM's, as keywords (`block_size=`, `preemption_mode=`,
 `generation_config=` "auto" or "none", ... and pagedsim's `keep_logits=`) or whole, as
-`cache_config=` and `scheduler_config=`; a keyword wins over the config's field. As in
-vLLM, `llm_engine` (a PagedEngine) lives across `generate` calls, so a later call hits the
-blocks an earlier one cached; it is built at the first call and again when a batch needs
-more blocks, or v0 (n > 1 and beam search fork, vLLM v0's way) on a v1 engine, or v1 on a
-v0 one. v1 serves unless a request forks, preemption_mode is "swap" or a pool is under
-test (a model with sliding-window layers always runs v1). A finished request leaves
-`llm_engine`, so a long-lived LLM stays the same size, except with `keep_logits=True`
-(for `check_dense`): every request then keeps its logits at each position.
+`cache_config=` and `scheduler_config=`; a keyword wins. As in vLLM, `llm_engine` (a
+PagedEngine) lives across `generate` calls, so a later call hits the blocks an earlier one
+cached; it is built again when a batch needs more blocks or the other generation: v1
+serves unless a request forks (n > 1, beam search), preemption_mode is "swap" or a pool is
+under test (sliding-window models always run v1). A finished request leaves `llm_engine`
+unless `keep_logits=True` (for `check_dense`).
 
-`trace=True` records the manager's every call and checks its invariants after every
-step; `steps` holds, per engine step, where the trace stood and the text each block held.
-`pool=Pool(...)` serves from a block manager under test beside pagedsim's own
-(lockstep.py).
+`trace=True` records the manager's every call and checks its invariants after every step
+(`steps`: per engine step, the snapshot and each block's text); `pool=Pool(...)` serves a
+block manager under test beside pagedsim's own (lockstep.py).
 
-Outputs are vLLM's RequestOutput and CompletionOutput. `logprobs`: per generated token,
-{token id: log-probability} of the top `logprobs` tokens and the chosen one, from the raw
-logits (vLLM's raw_logprobs). A stop string ends a sample (finish_reason "stop"), its
-text cut before the string unless include_stop_str_in_output, as vLLM's detokenizer
-cuts; a stop token stays in token_ids and out of the text. A prompt may take
-BeamSearchParams (served beside sampled prompts, as v0 served beam search). The chat
-template is rendered in jinja2's ImmutableSandboxedEnvironment, as transformers does
-(the optional extra `pagedsim[chat]`).
+Outputs are vLLM's RequestOutput and CompletionOutput; `logprobs` are of the raw logits
+(vLLM's raw_logprobs). A stop string ends a sample, its text cut as vLLM's detokenizer
+cuts; a stop token stays in token_ids and out of the text. BeamSearchParams are served
+beside sampled prompts, as v0 served beam search. Chat templates render in jinja2's
+ImmutableSandboxedEnvironment, as transformers does (the extra `pagedsim[chat]`).
 """
 
 from __future__ import annotations
@@ -182,10 +176,8 @@ class LLM:
         return out
 
     def check_dense(self, outputs: Sequence[RequestOutput]) -> DenseCheck:
-        """Serve the requests behind `outputs` again on the dense engine (contiguous K/V,
-        no blocks: dense.py) and compare tokens and logits with what the paged engine
-        computed: outputs of an LLM built with keep_logits=True. `pagedsim generate
-        --check-dense` reports it."""
+        """Serve the requests behind `outputs` (of an LLM with keep_logits=True) again on
+        the dense engine (dense.py) and compare tokens and logits."""
         states = [self._run_of(o.request_id).state for o in outputs]
         dense = DenseEngine(self.model).generate([s.request for s in states])
         return compare(dense, states)
@@ -384,10 +376,8 @@ def cut_at_stop(
     decode: Callable[[list[int]], str], tokens: list[int], stop: Sequence[str], keep: bool
 ) -> tuple[list[int], str, str] | None:
     """(the tokens up to the one that completes a stop string, the text cut there, that
-    string), or None: what vLLM v1's detokenizer (`check_stop_strings`) decides as the tokens
-    arrive one at a time. Of the strings the first such token completes, the one that ends
-    earliest wins, ties in `stop`'s order; the text keeps the string when `keep`
-    (include_stop_str_in_output). The token is found by bisection: O(log n) decodes."""
+    string), or None, as vLLM v1's `check_stop_strings` decides token by token: the string
+    ending earliest wins, ties in `stop`'s order. Bisection: O(log n) decodes."""
     if not stop or not any(s in decode(tokens) for s in stop):
         return None
     lo, hi = 1, len(tokens)  # the shortest prefix whose text holds a stop string

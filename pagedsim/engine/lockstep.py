@@ -1,17 +1,14 @@
 """Two paged engines served side by side, a step each in turn, and the first place they part.
 
-`pagedsim generate --pool NAME` serves the model from another block manager (the course's
-`workspace` pool runs a student's free list and copy-on-write, see
-course/ch03_kv_block/capstone.py) and, beside it, from pagedsim's own: the reference
-pool. With the same block ids the same floats go in, so every token must be equal. After
-each engine step `Lockstep` compares the two managers call by call (each traces a
-snapshot per call): block tables, ref counts, live sequences and their token counts, then
-the free list in order (allocate() pops the head) and the pool's own count of it; and
-every sequence's tokens so far. It keeps the first block difference, named by step and
-manager call (`append_tokens(r1.1) at position 67, copy-on-write 11 -> 15`), and the first
-token that differs (`Divergence`). A manager that raises stops its engine with its
-one-line error (`PoolFailed`); after a block difference serving goes on, so the report
-says whether it cost a token. Forks and copy-on-write are vLLM v0's.
+`pagedsim generate --pool NAME` serves the model from another block manager (`workspace`:
+a student's free list and copy-on-write, course/ch03_kv_block/capstone.py) beside
+pagedsim's own, the reference pool; the same block ids make the same floats, so every token
+must be equal. After each engine step `Lockstep` compares the managers call by call (block
+tables, ref counts, sequences and token counts, the free list in order, its count) and the
+tokens, keeping the first block difference, named by step and manager call, and the first
+differing token (`Divergence`). A manager that raises stops with its one-line error
+(`PoolFailed`); after a block difference serving goes on, so the report says whether it
+cost a token. Forks and copy-on-write are vLLM v0's.
 """
 
 from __future__ import annotations
@@ -71,9 +68,8 @@ class Divergence:
 
 @dataclass(frozen=True)
 class Pool:
-    """A block manager under test (`pagedsim generate --pool`, `LLM(pool=)`):
-    `manager(num_gpu_blocks, block_size)` makes an empty KVCacheManager; pagedsim's own, the
-    reference pool, serves the same requests beside it."""
+    """A block manager under test (`generate --pool`, `LLM(pool=)`): `manager(num_gpu_blocks,
+    block_size)` makes an empty KVCacheManager."""
 
     manager: Callable[[int, int], KVCacheManager]
     name: str = "tested"
@@ -183,8 +179,7 @@ _CALLS: dict[str, Callable[[Any], str]] = {
 
 def describe(events: Sequence[tr.Event]) -> str:
     """The manager call a snapshot's events record, e.g. 'append_tokens(r1.1) at position 67,
-    copy-on-write 11 -> 15 for r1.1', or 'decode_step(r0.0, r1.0, r1.1)' for a decode of
-    several sequences (one token each)."""
+    copy-on-write 11 -> 15 for r1.1' or 'decode_step(r0.0, r1.0)'."""
     appended = [seq_name(e.seq_id) for e in events if isinstance(e, tr.TokensAppended)]
     if len(appended) > 1:
         call = f"decode_step({', '.join(appended)})"

@@ -31,12 +31,10 @@ Llama (modeling_llama.py) in a few switches of `ModelConfig`:
     Cohere                      norm "layer_nobias", parallel "shared", rope_interleaved,
                                 logit_multiplier
 
-RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE is rope.py's. Weights are
-held under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
-Attention is *not* in here: `qkv` gives a layer's projections, `finish` takes the
-attention output back, and `attention[layer]` says how that layer reads K/V (scale,
-soft-cap, window), so the paged and the dense engine run the same weights around their
-own attention. Shapes: T tokens, H query heads, H_kv KV heads, D head_dim.
+Weights keep Hugging Face's names and shapes ([out, in] per linear layer), float32.
+Attention is not in here: `qkv` gives a layer's projections, `finish` takes the attention
+output back and `attention[layer]` says how the layer reads K/V, so the paged and the dense
+engine share the weights. Shapes: T tokens, H query heads, H_kv KV heads, D head_dim.
 """
 
 from __future__ import annotations
@@ -251,14 +249,12 @@ def _check_field(name: str, value: Any, default: Any) -> None:
 def moe_shapes(c: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
     """A mixture-of-experts layer's tensors, in place of the dense MLP's (prefix `p`)."""
     shapes: dict[str, tuple[int, ...]] = {p + "mlp.gate.weight": (c.experts, c.hidden)}
-    for e in range(c.experts):
-        q = f"{p}mlp.experts.{e}."
-        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.expert_mlp, c.hidden)
-        shapes[q + "down_proj.weight"] = (c.hidden, c.expert_mlp)
+    mlps = [(f"{p}mlp.experts.{e}.", c.expert_mlp) for e in range(c.experts)]
+    mlps += [(p + "mlp.shared_expert.", c.shared_mlp)] if c.shared_mlp else []
+    for q, inner in mlps:
+        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (inner, c.hidden)
+        shapes[q + "down_proj.weight"] = (c.hidden, inner)
     if c.shared_mlp:
-        q = p + "mlp.shared_expert."
-        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.shared_mlp, c.hidden)
-        shapes[q + "down_proj.weight"] = (c.hidden, c.shared_mlp)
         shapes[p + "mlp.shared_expert_gate.weight"] = (1, c.hidden)
     return shapes
 
@@ -334,9 +330,8 @@ class Transformer:
     info: dict[str, Any]  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
 
     def __init__(self, config: ModelConfig, weights: dict[str, Any], name: str = "model"):
-        """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32).
-        The layers' entries are consumed (removed from the dict as their fused copies are
-        made), so that loading never holds a layer twice."""
+        """`weights`: name -> array as `tensor_shapes(config)` lists; the layers' entries
+        are consumed as their fused copies are made, so loading never holds a layer twice."""
         self.config = c = config
         self.name = name  # what to call it in reports
         want = tensor_shapes(c)
@@ -386,11 +381,9 @@ class Transformer:
         ]  # what each layer's attention does
 
     def check_length(self, prompt: int, max_tokens: int) -> None:
-        """Raise if a sequence of `prompt` tokens and up to `max_tokens` more cannot be
-        served exactly. Phi-3's generate drops its whole KV cache and re-embeds every
-        position with the long factors when the sequence first passes
-        original_max_position_embeddings; a paged cache keeps the keys it wrote (and may
-        share their blocks), so a request that would cross there in decode is refused."""
+        """Raise if `prompt` + `max_tokens` tokens cannot be served exactly: Phi-3 re-embeds
+        its whole KV cache when a sequence passes original_max_position_embeddings, which a
+        paged cache (keeping, maybe sharing, the keys it wrote) cannot."""
         rope = next((r for r in self.ropes if r is not None), None)
         if not (self.config.rope_switch_recomputes and rope is not None and rope.threshold):
             return
@@ -455,10 +448,8 @@ class Transformer:
     def qkv(
         self, layer: int, h: np.ndarray, positions: ArrayLike, ends: ArrayLike | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
-        each token's sequence length at the end of this forward pass (rope.py: the
-        length-dependent ropes read it; None: position + 1). Each in C order (the
-        kernels' write_kv takes no strided rows)."""
+        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] in C order (write_kv takes no strides);
+        `ends`: each token's sequence length after this pass (rope.py; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
         # [T, (H + 2 H_kv) D] in C order (one copy of the transposed product): the

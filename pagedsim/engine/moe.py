@@ -7,9 +7,7 @@
     out[t] = sum over t's k experts e, in expert order: w[t, e] * down_e(act(gate_e x) * up_e x)
            (+ sigmoid(x @ shared_expert_gate.T) * shared_expert(x), Qwen2-MoE)
 
-Only the MLP changes: attention, and so the KV cache, its blocks and their bytes per
-token, are exactly a dense model's. A token's K/V do not depend on which experts it was
-routed to, so the paged cache serves an MoE model unchanged.
+Only the MLP changes: attention, and so the KV cache and its blocks, are a dense model's.
 """
 
 from __future__ import annotations

@@ -7,18 +7,14 @@ One `step()` is vLLM v1's EngineCore.step (and nano-vllm's LLMEngine.step), thre
     finished = scheduler.update_from_output(scheduler_output, sampled)
 
 v1 (`mode="v1"`, the default) runs on `SchedulerV1` (lesson 3.6: one token budget, chunked
-prefill, prefix caching, recompute preemption, the window managers' KV cache groups for
-sliding-window and hybrid models). Per layer the runner writes the scheduled tokens' K/V
-into their slots, runs the backend's prefill for the prefill chunks (ragged, packed by
-`query_start_loc`) and its decode for the one-token queries, then the rest of the layer in
-NumPy. v0 (`mode="v0"`: beam search, n > 1, swapping) runs the same loop on `SchedulerV0`
-(vLLM v0's LLMEngine.step): whole prompts prefill in one step, each request's sampler forks
-and frees sequences through `fork_seq` / `free_seq` (v0's output processor), and the
-engine moves the K/V the scheduler asked for (swaps, copy-on-write copies).
-
-As in vLLM, a finished request leaves `runs` (the live requests) in the step that finishes
-it: a step's work grows with the live requests, never with those served before. `log`
-keeps one entry per step.
+prefill, prefix caching, recompute preemption, KV cache groups for sliding-window and
+hybrid models). Per layer the runner writes the scheduled tokens' K/V into their slots,
+runs the backend's prefill on the prefill chunks (packed by `query_start_loc`) and its
+decode on the one-token queries, then the rest of the layer in NumPy. v0 (`mode="v0"`:
+beam search, n > 1, swapping) runs the same loop on `SchedulerV0` (vLLM v0's
+LLMEngine.step): the sampler forks and frees through `fork_seq` / `free_seq` (v0's output
+processor) and the engine moves the K/V the scheduler asked for (swaps, copy-on-write).
+A finished request leaves `runs` in the step that finishes it, as in vLLM.
 """
 
 from __future__ import annotations
@@ -89,13 +85,10 @@ class PagedEngine:
         manager: KVCacheManager | None = None,
         mode: str = "v1",
     ) -> None:
-        """vLLM's configs: `cache_config` (num_gpu_blocks required; num_cpu_blocks, default
-        4 x num_gpu_blocks, is v0's swap space), `scheduler_config` (the step's token
-        budget; v0 prefills whole prompts, so there it bounds a request's sequences).
-        `backend`: "auto", "numpy", "kernels" or a backend object (backend.py). `mode`:
-        "v1" (recompute preemption only) or "v0" (preemption_mode "recompute" is v0's rule
-        per group -- one sequence recomputed, several swapped -- "swap" swaps every group:
-        SeqGroupPolicy). `manager`: a KVCacheManager to serve from (v0, full attention)."""
+        """`cache_config`: num_gpu_blocks required; num_cpu_blocks (v0's swap space) defaults
+        to 4 x num_gpu_blocks. `backend`: "auto", "numpy", "kernels" or a backend object.
+        `mode` "v0": preemption_mode "recompute" recomputes one sequence and swaps several
+        (SeqGroupPolicy), "swap" swaps every group. `manager`: a pool to serve (v0 only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
@@ -210,9 +203,8 @@ class PagedEngine:
             self.scheduler.check_request(len(request.prompt), request.max_tokens, request.width)
 
     def submit(self, request: Request, keep_logits: bool = False) -> Run:
-        """Queue a request; refuse one that could never fit the pool or the token budget.
-        Returns its Run, which leaves `runs` when it is done. `keep_logits`: keep the
-        logits at every position (RequestState.logits), to compare with the dense engine."""
+        """Queue a request (refused if it could never be served); its Run leaves `runs` when
+        done. `keep_logits`: keep every position's logits, for the dense comparison."""
         bool_arg("keep_logits", keep_logits)
         self.refuse(request)
         number = self._num_requests
@@ -288,9 +280,9 @@ class PagedEngine:
         )
 
     def _move_blocks(self) -> bool:
-        """v0: the K/V moves the step's schedule() asked for, before the model runs: swaps
-        out first (their GPU blocks may be handed out again in the same schedule()), then
-        the manager's copy-on-write copies, then swaps in. True if anything was swapped."""
+        """v0: the K/V moves schedule() asked for: swaps out first (their GPU blocks may be
+        handed out again in the same schedule()), copy-on-write copies, swaps in. True if
+        anything was swapped."""
         swap_out, swap_in = self.scheduler.policy.drain_swaps()
         copies, b = self.manager.drain_copies(), self.backend
         for cache, host in zip(self.caches, self.hosts, strict=True):
@@ -307,10 +299,9 @@ class PagedEngine:
     def _sample(
         self, scheduler_output: SchedulerOutput, logits: dict[str, Logits]
     ) -> dict[tuple[int, int], int]:
-        """Each sampling request's sampler on its sequences' logits (RequestState.advance);
-        in v0 its forks and frees reach the scheduler between schedule() and
-        update_from_output(), as v0's output processor calls Scheduler.fork_seq and
-        free_seq. Returns {req_id: the token it sampled}."""
+        """Each sampling request's sampler (RequestState.advance); v0's forks and frees reach
+        the scheduler before update_from_output(), as v0's output processor calls
+        fork_seq and free_seq. Returns {req_id: the token it sampled}."""
         sched = self.scheduler
         for rid in dict.fromkeys(q[0] for q in sched.sampling_req_ids(scheduler_output)):
             state = self.runs[rid].state
@@ -469,9 +460,8 @@ def _batch(items: list[Item], tables: list[Sequence[int]]) -> tuple[Ints, Ints, 
 def _v0_manager(
     manager: KVCacheManager | None, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool
 ) -> KVCacheManager:
-    """v0's manager: `manager` if given (the course's, driving a student's pool:
-    course/ch03_kv_block/capstone.py), checked to be empty, of num_gpu_blocks x
-    block_size, and a PrefixCachingManager iff `caching`; else a new one."""
+    """v0's manager: `manager` if given (a student's pool, capstone.py), checked to be empty
+    and of the configured shape, else a new one."""
     if manager is None:
         cls = PrefixCachingManager if caching else KVCacheManager
         return cls(num_gpu_blocks, block_size, trace=trace)
@@ -494,9 +484,8 @@ def _v0_manager(
 def _v1_manager(
     config: ModelConfig, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool
 ) -> KVCacheManager | HybridManager:
-    """v1's manager for a model: the hybrid allocator (full and sliding layers), the window
-    manager (every layer slides), else the prefix-caching manager, or a plain
-    KVCacheManager when prefix caching is off (the window managers then skip the lookup)."""
+    """v1's manager: hybrid (full and sliding layers), window (all slide), prefix caching,
+    or a plain KVCacheManager when prefix caching is off."""
     kinds = config.windowed
     if "sliding" in kinds:
         assert config.sliding_window is not None, "a sliding layer has a window"

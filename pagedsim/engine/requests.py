@@ -1,21 +1,16 @@
 """Requests and what happens after each forward pass: sampling, parallel samples, beams.
 
-Both engines (dense and paged) drive the same `RequestState`, so they cannot differ in
-*what* is generated, only in how attention reads K/V. Given the logits at the last token
-of every live sequence of a request, `advance` picks tokens and returns the storage
-actions the engine must mirror:
+Both engines (dense and paged) drive the same `RequestState`, so they differ only in how
+attention reads K/V. Given the logits at the last token of each live sequence, `advance`
+picks tokens and returns the storage actions the engine must mirror:
 
     ("fork", parent, child)  the child starts as a copy of the parent (KV shared: v0 fork)
     ("free", seq)            the sequence is gone (a beam that fell out, or the request ended)
 
-Sampling is sampling.py's (vLLM's SamplingParams; a Request without `params` is sampled
-with its own fields) and depends only on (seed, sample index, step), never on the batch,
-so preemption and scheduling cannot change a token. n > 1 (v0 style) forks n - 1 children
-after the prompt; beam search (beam_width W) keeps the W best (beam, token), forking a
-beam that wins twice and freeing beams that win nothing (beam_search.py). A sampled
-sequence ends after emitting one of `stop_token_ids` (kept, as in vLLM's output ids).
-With `keep_logits`, `logits` maps each position's tokens to the logits at its last token,
-for the dense comparison and `logprobs` (vLLM keeps none after sampling either).
+Sampling (sampling.py) depends only on (seed, sample index, step), never on the batch, so
+preemption cannot change a token. n > 1 (v0 style) forks n - 1 children after the prompt;
+beam search keeps the W best (beam, token) (beam_search.py). A sampled sequence ends after
+one of `stop_token_ids`, kept as in vLLM's output ids.
 """
 
 from __future__ import annotations

@@ -16,13 +16,10 @@
     dynamic    NTK: base' = base * (factor * L / M - (factor - 1))^(R / (R - 2)), L the
                sequence length, M max_position_embeddings; default while L <= M
 
-longrope and dynamic depend on the sequence's length, as transformers reads it: one
-forward pass (a prefill chunk or a decode step) of a sequence whose last position is p
-uses L = p + 1 for all its tokens, and cached keys keep the rope they were written with
-(vLLM differs: its dynamic rope is static at max_position_embeddings x factor, and its
-longrope picks long factors per batch). Each sequence starts fresh, as a freshly loaded
-transformers model does. `rotate` is `rotate_half` (pairs x[i], x[i + R/2]; most
-families) or interleaved pairs (x[2i], x[2i + 1]; Cohere).
+longrope and dynamic read the sequence's length as transformers does: a forward pass whose
+last position is p uses L = p + 1 for all its tokens, and cached keys keep the rope they
+were written with (vLLM's dynamic rope is static, its longrope picks factors per batch).
+`rotate` is `rotate_half` (pairs x[i], x[i + R/2]) or interleaved (x[2i], x[2i + 1]; Cohere).
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ The next-token distribution is made from the model's logits in vLLM v1's order:
 
 A token is then drawn from softmax(processed) with a stream seeded by (seed, sample
 index, step), so batching never changes a token. `logprobs` are of the raw logits (vLLM's
-default "raw_logprobs"). top_k differs from transformers, whose generate applies top_k =
-50 unless told otherwise; vLLM and pagedsim apply none unless asked.
+"raw_logprobs").
 """
 
 from __future__ import annotations
@@ -59,12 +58,10 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class BeamSearchParams:
-    """vLLM's BeamSearchParams (v1's `LLM.beam_search` takes them), served as vLLM v0 served
-    beam search: `LLM.generate` takes them for a prompt beside sampled ones in one batch,
-    and the engine forks beams and shares their blocks (v0; beam_search.py has the rules,
-    transformers' own). `repetition_penalty` is pagedsim's addition (transformers applies it
-    in beam search too); vLLM's BeamSearchParams has none. Beams are ranked by the raw
-    log-probabilities, so `temperature` must stay vLLM's default, 0."""
+    """vLLM's BeamSearchParams, served as v0 served beam search: beside sampled prompts in
+    one batch, beams forking and sharing blocks (beam_search.py). `repetition_penalty` is
+    pagedsim's (transformers') addition; beams rank raw log-probabilities, so
+    `temperature` stays 0."""
 
     beam_width: int
     max_tokens: int

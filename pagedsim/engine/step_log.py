@@ -14,6 +14,7 @@ from ..manager import SeqId
 from ..trace import BlockReleased, Trace
 
 EVENTS = ("allocated", "shared", "copied", "freed")
+COUNTED = {"block_allocated": "allocated", "block_shared": "shared", "copy_on_write": "copied"}
 
 
 def trace_counts(trace: Trace | None, mark: int) -> tuple[dict[str, int], int]:
@@ -22,12 +23,8 @@ def trace_counts(trace: Trace | None, mark: int) -> tuple[dict[str, int], int]:
     if trace is None:
         return counts, mark
     for e in trace.events[mark:]:
-        if e.kind == "block_allocated":
-            counts["allocated"] += 1
-        elif e.kind == "block_shared":
-            counts["shared"] += 1
-        elif e.kind == "copy_on_write":
-            counts["copied"] += 1
+        if e.kind in COUNTED:
+            counts[COUNTED[e.kind]] += 1
         elif isinstance(e, BlockReleased) and e.ref_count == 0:
             counts["freed"] += 1
     return counts, len(trace.events)

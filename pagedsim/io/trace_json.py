@@ -212,9 +212,8 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int, what: str) -> byt
 
 
 def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any:
-    """The JSON document in a trace file, read only up to `max_bytes` (default MAX_BYTES;
-    one byte more is refused). ValueError naming the file and what is wrong: too large, not
-    UTF-8, not JSON (NaN and Infinity are not), or nested too deeply for the parser."""
+    """The JSON document in a trace file of at most `max_bytes` (default MAX_BYTES), or a
+    ValueError naming the file: too large, not UTF-8, not JSON (nor NaN), too deep."""
     try:
         raw = read_bounded(path, MAX_BYTES if max_bytes is None else max_bytes, "trace")
     except ValueError as e:

@@ -1,10 +1,8 @@
 """English or Chinese for every app and the course (`--lang en|zh`): the one language rule.
 
 The language is `--lang` when given, else PAGEDSIM_LANG, else the locale (Chinese when
-LC_ALL, LC_MESSAGES or LANG starts with "zh"). `set_lang` exports it in PAGEDSIM_LANG for
-subprocesses; `t(template, lang, ZH)` looks an English template up (untranslated: stays
-English); `say(en, zh, lang)` picks a sentence; `display_width` and `wrap` measure and wrap
-mixed English/CJK text. Identifiers (seq ids, block ids, `allocate()`) are never translated.
+LC_ALL, LC_MESSAGES or LANG starts with "zh"). `t` looks an English template up (untranslated:
+stays English); `wrap` wraps mixed English/CJK text. Identifiers are never translated.
 """
 
 from __future__ import annotations
