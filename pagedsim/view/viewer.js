@@ -849,11 +849,16 @@
     if (!presenting || cells === tablesFor) return;
     tablesFor = cells;
     const root = document.documentElement.style;
-    let scale = 1.5;
-    root.setProperty("--tscale", String(scale));
-    for (let k = 0; k < 4 && tablesEl.scrollHeight > tablesEl.clientHeight + 1 && scale > 0.8; k++) {
-      scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
-      root.setProperty("--tscale", scale.toFixed(3));
+    const over = () => tablesEl.scrollHeight > tablesEl.clientHeight + 1;
+    for (const tight of [false, true]) { // tight: no token counts, so a name and its cells share a line
+      tablesEl.classList.toggle("tight", tight);
+      let scale = 1.5;
+      root.setProperty("--tscale", String(scale));
+      for (let k = 0; k < 4 && over() && scale > 0.8; k++) {
+        scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
+        root.setProperty("--tscale", scale.toFixed(3));
+      }
+      if (!over()) return;
     }
   }
   // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit

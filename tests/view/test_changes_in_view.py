@@ -170,3 +170,16 @@ def test_every_generate_step_outlines_its_changes_in_view(open_page, present):
     page = sources.generate(engine, marks)
     steps = len(page["options"].labels) - 1
     assert walk(open_page, page, labels=page["options"].labels, present=present) == steps
+
+
+@pytest.mark.parametrize("viewport", SCREENS)
+def test_the_shipped_generate_page_keeps_its_changes_in_view_when_presented(open_page, viewport):
+    """The page the lecture plan projects (`pagedsim generate --html`): six sequences' tables
+    beside an 18-request timeline. At 1366x768 they fit only without the token counts, which
+    presentation mode then leaves out, so every changed cell stays on screen."""
+    from pagedsim.engine.generate import serve
+
+    llm, _ = serve()
+    page = sources.generate(llm.llm_engine, llm.steps)
+    labels = page["options"].labels
+    assert walk(open_page, page, viewport, labels=labels, present=True) >= 40
