@@ -1,15 +1,9 @@
 """The KV tiles of the tensor-core prefill (`prefill_tc`), one step each: S = Q K^T on
 mma.sync, the mask where needed, the online softmax on the accumulator fragments, O += P V.
 
-    walk = make_walk(shape, loader, tile_order)
-    walk(kv, tiles, lane, rows, acc, len_lo, start_hi, window)   # every tile of the CTA
-
-What a step reads and writes travels as five named tuples, built once by the kernel:
-`prefill_work`'s `KvSpan` (the sequence's K/V) and `Rows` (the lane's two query rows),
-`Tiles` (shared memory), `Lane` (the thread's place and address bases) and `Acc` (the
-running state). The step's pieces, one factory each: `make_scores` (S),
-`prefill_work.make_mask`, `make_rescale` (the online softmax), `make_values` (P V, and
-`masked_pv`); `make_step` joins them into one tile.
+A step's state travels as five named tuples built once by the kernel (`KvSpan`, `Rows`,
+`Tiles`, `Lane`, `Acc`); its pieces are `make_scores` (S), `prefill_work.make_mask`,
+`make_rescale` (the online softmax) and `make_values` (P V, and `masked_pv`).
 
   * S: per k-step of 16 dims (`qk_step`), one ldmatrix_x4 of K rows gives the B fragments
     of two 8-token n-tiles; Q's A fragments come from registers (k < QR) or from qs

@@ -30,11 +30,10 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
     next tile through the block table once per tile; V of tile j streams in while S_j
     and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
     each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
-  * The mask runs only on the tiles that need it (`prefill_work`'s two loops), and each
-    wgmma batch is waited for at once (no overlap of softmax and wgmma yet, as
-    FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
-    inside a partly masked tile reaches that row (0 x NaN), which prefill_tc avoids
-    with its CUDA-core `masked_pv`: left for a GPU session.
+  * The mask runs only on the tiles that need it; each wgmma batch is waited for at once
+    (no softmax/wgmma overlap yet, FlashAttention-3's ping-pong). Known gap: a NaN in a V
+    row masked inside a partly masked tile reaches the row (0 x NaN; prefill_tc's
+    `masked_pv` avoids it): left for a GPU session.
 """
 
 from __future__ import annotations
@@ -89,8 +88,7 @@ def unservable(head_dim: int, cache_dtype) -> str | None:
 
 
 def kv_tile() -> int:
-    """Tokens per K/V tile: 64 on a GPU (S is one m64n64 per k-step), 16 under the
-    simulator (its threads are Python threads)."""
+    """Tokens per K/V tile: 64 on a GPU (one m64n64 per k-step), 16 under the simulator."""
     return 64 if _backend.backend() == "gpu" else 16
 
 
@@ -326,11 +324,8 @@ def make_cta_io(c):
 
 
 def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_size: int):
-    """Build the kernel for D, G, T (tokens per tile, a multiple of 16 up to 64) and the
-    cache's block size B; launched like `prefill_tc.make_prefill_tc_kernel`'s with
-    THREADS threads: kernel[(num_work, num_kv_heads), 128](cache, query, block_tables,
-    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal,
-    window, sinks, out)."""
+    """The kernel for D, G, T (a multiple of 16 up to 64) and block size B, launched as
+    `prefill_tc.make_prefill_tc_kernel`'s with THREADS threads."""
     c = wgmma_shape(head_dim, group_size, tile, block_size)
     G, T, BUF, SMEM, SF, OF, QF, PW = c.G, c.T, c.BUF, c.SMEM, c.SF, c.OF, c.QF, c.PW
     cta_span, row_spans, tile_order = make_work(c.QT, G, c.R, T)

@@ -9,19 +9,10 @@ causal, sees the first past + i + 1 positions. The CTA reads the union of its ro
 windows (`primitives.window_span`): positions [0, kept_hi) and [gap, len_hi), span of
 them in all, in tiles of T span indices.
 
-    cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window,
-             sinks) -> (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi,
-                        start_hi, gap, span)
-    row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen) -> (live_lo, live_hi)
-        rows_seen[0:3] / [3:6] <- (length, kept, start) of the lane's rows r_lo and r_lo + 8
-        (the CTA's R rows are query token r // G, head r % G); live: the row is a real one
-    tile_order(span, kept_hi, gap, len_lo, start_hi, window) -> (tiles, order)
-        order = (first_full, end_full, masked_tiles): tiles [first_full, end_full) are the
-        run every row sees whole (`full_tile`), the other masked_tiles need the mask
-
-`make_work(QT, G, R, T)` builds them for one kernel's compile-time shape; `position`,
-`seen_by`, `tile_at` and `run_tile` serve any shape, `make_map_tile` and `make_mask`
-build the tile's block-table map and its mask (both kernels' fragment layout).
+`make_work(QT, G, R, T)` builds, for one kernel's shape, `cta_span` (the CTA's sequence,
+rows and span), `row_spans` (the lane's rows r_lo and r_lo + 8: what they see, whether
+real) and `tile_order` (which tiles need the mask); `make_map_tile` and `make_mask` build
+a tile's block-table map and mask in both kernels' fragment layout.
 
 Loop state is int32 throughout (64-bit loop state costs registers). The kernels run
 steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two loops

@@ -9,7 +9,7 @@ from ptx_rows import uses
 from cuda_kernels import report
 from cuda_kernels.attention import shared_bytes
 from cuda_kernels.report import (
-    find_ptxas,
+    find_tool,
     head_dim_specs,
     kernel_specs,
     ladder_specs,
@@ -170,7 +170,7 @@ SASS_FIGURES = {
 }
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
+@pytest.mark.skipif(find_tool("ptxas") is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
 @uses("kernels")
 def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(request, tmp_path_factory):
     run = ptx_rows.report(request, tmp_path_factory)
