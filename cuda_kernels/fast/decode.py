@@ -369,6 +369,7 @@ def make_ends(c):
     """(begin, merge): the CTA's first state; its rows' states merged into its outputs."""
     D, HPC, SLOT, VEC, LPR, OWN = c.D, c.HPC, c.SLOT, c.VEC, c.LPR, c.OWN
     NVEC, R, NT, DV = c.NVEC, c.R, c.NW * 32, c.DV
+    merge_states = make_merge(R, HPC, DV, D, NT)
 
     @cuda.jit(device=True)
     def begin(st, x, query, seq, head0, heads, col, scale2):
@@ -389,13 +390,10 @@ def make_ends(c):
     def merge(outs, ring, st, place, where, tid):
         """Each head's max, sum and normalised output over the CTA's rows into outs =
         (out, max_logits, exp_sums) at where = (seq, head0, heads, part)."""
-        out, max_logits, exp_sums = outs
-        seq, head0, heads, part = where
         row, col = place.row, place.col
         acc_s = ring.view(np.float32)  # [R, HPC, DV] on the ring
         m_s = cuda.shared.array((R, HPC), float32)  # row maxima, then the rows' weights
         l_s = cuda.shared.array((R, HPC), float32)
-        total_s = cuda.shared.array(HPC, float32)
         for h in range(HPC):
             for i in range(SLOT):
                 k = col + (i // VEC) * LPR
@@ -404,18 +402,33 @@ def make_ends(c):
             if col == 0:
                 m_s[row, h] = st.m[h]
                 l_s[row, h] = st.lsum[h]
+        merge_states(outs, where, acc_s, m_s, l_s, tid)
+
+    return begin, merge
+
+
+def make_merge(ROWS, HPC, DV, D, NT):
+    """merge_states(outs, where, acc_s, m_s, l_s, tid): the CTA's ROWS softmax states in
+    shared memory (m_s, l_s [ROWS, HPC]; acc_s flat [ROWS, HPC, DV]) merged by log-sum-exp
+    into each head's max, sum and normalised output: outs = (out, max_logits, exp_sums) at
+    where = (seq, head0, heads, part). Overwrites m_s with the weights, l_s[0] with totals."""
+
+    @cuda.jit(device=True)
+    def merge_states(outs, where, acc_s, m_s, l_s, tid):
+        out, max_logits, exp_sums = outs
+        seq, head0, heads, part = where
         cuda.syncthreads()  # every row's state is in shared memory
         for h in range(tid, heads, NT):  # one thread per head, whatever the group size
             top = float32(-math.inf)
-            for r in range(R):
+            for r in range(ROWS):
                 if l_s[r, h] != 0:  # a non-empty row (NaN included: it must propagate)
                     top = max(top, m_s[r, h])
             total = float32(0)
-            for r in range(R):
+            for r in range(ROWS):
                 weight = math.exp2(m_s[r, h] - top) if l_s[r, h] != 0 else float32(0)
                 total += weight * l_s[r, h]
                 m_s[r, h] = weight
-            total_s[h] = total
+            l_s[0, h] = total  # only this thread reads head h's sums: row 0's is free
             max_logits[seq, head0 + h, part] = top / LOG2E  # natural units for merge.py
             exp_sums[seq, head0 + h, part] = total
         cuda.syncthreads()  # the rows' weights and each head's total are ready
@@ -423,11 +436,12 @@ def make_ends(c):
             h = i // D
             d = i - h * D
             num = float32(0)
-            for r in range(R):
+            for r in range(ROWS):
                 num += m_s[r, h] * acc_s[(r * HPC + h) * DV + d]
-            out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] != 0 else float32(0)
+            total = l_s[0, h]
+            out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
 
-    return begin, merge
+    return merge_states
 
 
 @cuda.jit(device=True)

@@ -57,7 +57,7 @@ from ..primitives import (
     swizzle_shape,
     swizzled,
 )
-from .decode import LOG2E, SLACK, Src, window_bounds
+from .decode import LOG2E, SLACK, Src, make_merge, window_bounds
 from .decode_loads import make_locate
 
 M, TOK = 16, 16  # mma rows (heads) and tokens per warp per slab
@@ -128,7 +128,7 @@ def tc_shape(D: int, G: int, warps: int | None) -> SimpleNamespace:
         SWZ_SHIFT=SWZ_SHIFT,
         SWZ_MASK=SWZ_MASK,
         STAGE_E=NW * 2 * TOK * STRIDE * 8,  # one array holds every warp's two stages
-        MERGE=(NW, geo["hpc"], D) if NW > 1 else (1, 1, 1),
+        MERGE=NW * geo["hpc"] * D if NW > 1 else 1,
     )
 
 
@@ -298,7 +298,8 @@ def make_begin(c):
 def make_finish(c):
     """finish: the rows' sums over the quad, then the partial outputs (`decode.make_ends`),
     merged across the warps in shared memory when NW > 1."""
-    D, NW, ND, NT, MERGE = c.D, c.NW, c.ND, 32 * c.NW, c.MERGE
+    D, NW, ND, NT, MERGE, HPC = c.D, c.NW, c.ND, 32 * c.NW, c.MERGE, c.HPC
+    merge_states = make_merge(NW, HPC, D, D, NT)
 
     @cuda.jit(device=True)
     def write_own(outs, where, lane, acc):
@@ -321,8 +322,7 @@ def make_finish(c):
     @cuda.jit(device=True)
     def merge(outs, where, wp, acc, tid):
         """NW warps: their states (m, l, O) meet in shared memory, merged by log-sum-exp."""
-        out, max_logits, exp_sums = outs
-        seq, head0, heads, part = where
+        heads = where[2]
         o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
         m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
         l_sh = cuda.shared.array((NW, M), float32)
@@ -335,30 +335,9 @@ def make_finish(c):
             if row < heads:
                 for nd in range(ND):
                     for e in range(2):
-                        o_sh[warp, row, 8 * nd + 2 * t + e] = acc.o[4 * nd + 2 * r + e]
-        cuda.syncthreads()  # every warp's (m, l, O) is in shared memory
-        for h in range(tid, heads, NT):
-            top = float32(-math.inf)
-            for w in range(NW):
-                if l_sh[w, h] != 0:
-                    top = max(top, m_sh[w, h])
-            total = float32(0)
-            for w in range(NW):
-                weight = math.exp2(m_sh[w, h] - top) if l_sh[w, h] != 0 else float32(0)
-                total += weight * l_sh[w, h]
-                m_sh[w, h] = weight
-            l_sh[0, h] = total  # warp 0's sum is no longer needed: the head's total
-            max_logits[seq, head0 + h, part] = top / LOG2E
-            exp_sums[seq, head0 + h, part] = total
-        cuda.syncthreads()  # the weights and totals are ready
-        for i in range(tid, heads * D, NT):
-            h = i // D
-            d = i - h * D
-            num = float32(0)
-            for w in range(NW):
-                num += m_sh[w, h] * o_sh[w, h, d]
-            total = l_sh[0, h]
-            out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
+                        at = (warp * HPC + row) * D + 8 * nd + 2 * t + e
+                        o_sh[at] = acc.o[4 * nd + 2 * r + e]
+        merge_states(outs, where, o_sh, m_sh, l_sh, tid)
 
     @cuda.jit(device=True)
     def finish(outs, where, wp, acc, tid):

@@ -40,7 +40,7 @@ PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (RE
 # (what, file under cuda_kernels/, line, text on that line)
 ADDS = (
     ("base-2 exp: log2(e)", "fast/decode.py", 69, "LOG2E = 1.4426950408889634"),
-    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 500, "float32(scale * LOG2E)"),
+    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 514, "float32(scale * LOG2E)"),
     ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 92, "def fast_exp2(typingctx, x):"),
     ("lazy rescale: SLACK", "fast/decode.py", 70, "SLACK = float32(8.0)"),
     (
@@ -53,7 +53,7 @@ ADDS = (
     ("swizzle: the layout", "primitives.py", 116, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 117, "= swizzle_shape(CH)"),
     ("multi-warp CTAs: NW warps", "fast/decode.py", 97, "warps: int = 4,"),
-    ("multi-warp CTAs: the merge", "fast/decode.py", 407, "every row's state is in shared memory"),
+    ("multi-warp CTAs: the merge", "fast/decode.py", 420, "every row's state is in shared memory"),
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 84, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 252, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 348, "cp_async_wait(1)"),
