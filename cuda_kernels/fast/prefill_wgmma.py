@@ -53,7 +53,6 @@ from ..primitives import (
     fast_exp2,
     pack_f16x2,
     split_scale,
-    warp_max,
     warp_sum,
 )
 from .decode import LOG2E
@@ -62,6 +61,7 @@ from .prefill_work import (
     Rows,
     make_map_tile,
     make_mask,
+    make_row_max,
     make_work,
     run_tile,
     tile_at,
@@ -177,24 +177,13 @@ def make_products(c):
 def make_softmax(c):
     """softmax(acc, scale2): the online softmax after a tile's scores."""
     SF, OF = c.SF, c.OF
+    row_max = make_row_max(SF)
 
     @cuda.jit(device=True)
     def softmax(acc, scale2):
         """Update the running max and sums from this tile's scores, rescale O."""
         s, o, st = acc.s, acc.o, acc.st
-        top_lo = float32(-math.inf)
-        top_hi = float32(-math.inf)
-        for n in range(SF // 4):  # loops over 4-register blocks: unrolled, s stays in registers
-            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
-            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
-        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
-        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
-        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
-        base_hi = new_hi if new_hi > -math.inf else float32(0)
-        alpha_lo = fast_exp2(st[0] - base_lo)
-        alpha_hi = fast_exp2(st[1] - base_hi)
-        st[0] = new_lo
-        st[1] = new_hi
+        base_lo, base_hi, alpha_lo, alpha_hi = row_max(s, st, scale2)
         sum_lo = float32(0)
         sum_hi = float32(0)
         for n in range(SF // 4):

@@ -25,10 +25,10 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import cuda, int32, int64
+from numba import cuda, float32, int32, int64
 
 from ..layout import k_row
-from ..primitives import window_span
+from ..primitives import fast_exp2, warp_max, window_span
 
 # The K/V one CTA reads, passed whole to the tile loaders and steps: the cache
 # [num_blocks, 2, num_kv_heads, block_size, head_dim], block_tables [num_seqs,
@@ -107,6 +107,32 @@ def make_mask(SF: int):
                 s[k] = -math.inf
 
     return mask
+
+
+def make_row_max(SF):
+    """row_max(s, st, scale2) -> (base_lo, base_hi, alpha_lo, alpha_hi): the online softmax's
+    new running max of the lane's rows g, g + 8 (st[0], st[1], log2 units) from its SF score
+    registers times scale2, the base each exponent subtracts (0 while nothing is seen) and
+    the factor that rescales what came before (both kernels' fragment layout)."""
+
+    @cuda.jit(device=True)
+    def row_max(s, st, scale2):
+        top_lo = float32(-math.inf)
+        top_hi = float32(-math.inf)
+        for n in range(SF // 4):  # unrolled: s stays in registers
+            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
+            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
+        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
+        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
+        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
+        base_hi = new_hi if new_hi > -math.inf else float32(0)
+        alpha_lo = fast_exp2(st[0] - base_lo)
+        alpha_hi = fast_exp2(st[1] - base_hi)
+        st[0] = new_lo
+        st[1] = new_hi
+        return base_lo, base_hi, alpha_lo, alpha_hi
+
+    return row_max
 
 
 def make_work(QT: int, G: int, R: int, T: int):
