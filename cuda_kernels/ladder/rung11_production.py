@@ -41,7 +41,7 @@ PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (RE
 ADDS = (
     ("base-2 exp: log2(e)", "fast/decode.py", 69, "LOG2E = 1.4426950408889634"),
     ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 514, "float32(scale * LOG2E)"),
-    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 92, "def fast_exp2(typingctx, x):"),
+    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 90, "def fast_exp2(typingctx, x):"),
     ("lazy rescale: SLACK", "fast/decode.py", 70, "SLACK = float32(8.0)"),
     (
         "lazy rescale: the step",
