@@ -67,10 +67,6 @@ def _empty(shape, dtype=np.float32) -> "cuda.devicearray.DeviceNDArray":
 SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
-def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
-    return geometry(head_dim, group, dtype, warps)["shared"]
-
-
 def launch_warps() -> int:
     """4 warps (128 threads) per CTA on a GPU; 1 warp under the simulator, where every
     thread is a Python thread (warp-level code needs whole 32-lane warps)."""
