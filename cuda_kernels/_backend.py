@@ -3,18 +3,11 @@
 Numba reads `NUMBA_ENABLE_CUDASIM` once, when `numba.cuda` is first imported, so the
 choice has to be made here, at the top of `cuda_kernels`, before anything imports it.
 
-Rule, in order:
-  1. `PAGEDSIM_CUDA=gpu` or `PAGEDSIM_CUDA=simulator` forces that mode;
-  2. otherwise `NUMBA_ENABLE_CUDASIM=1` already set by the caller means the simulator;
-  3. otherwise a GPU is assumed usable when the driver is visible: the device node
-     /dev/nvidiactl exists, or the loader can find libcuda (checked with ctypes, which
-     does not import numba.cuda and does not initialise the driver);
-  4. otherwise fall back to the simulator, with a one-line notice on stderr.
-
-If `numba.cuda` was imported earlier in a different mode, it cannot be switched any
-more: `select()` warns and `backend()` reports the mode numba actually runs in.
-
-`primitives` reads this choice once to take `sim/`'s stand-ins or `gpu/intrinsics`.
+Rule, in order: `PAGEDSIM_CUDA=gpu|simulator` forces a mode; `NUMBA_ENABLE_CUDASIM=1`
+means the simulator; a visible driver (/dev/nvidiactl, or libcuda found with ctypes,
+without initialising it) means a GPU; else the simulator, said once on stderr. If
+`numba.cuda` was imported earlier in another mode, `select()` warns and `backend()`
+reports the mode numba actually runs in.
 """
 
 from __future__ import annotations
@@ -92,6 +85,5 @@ def reason() -> str:
 
 
 def block_threads() -> int:
-    """Threads per block for the simple kernels: 128 on a GPU, 16 under the simulator
-    (it runs each CUDA thread as a Python thread, so fewer threads looping is faster)."""
+    """Threads per block for the simple kernels: 128 on a GPU, 16 under the simulator."""
     return 128 if select() == "gpu" else 16

@@ -19,11 +19,8 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT32_LIMIT = 2**31  # kernel integer arguments are int32
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's max grid x, y, z (every cc >= 3.0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-# The largest |scale| a launcher accepts. A score is about scale * |q| * |k| * head_dim
-# (the fp16 tensor-core kernels scale the float32 scores after the mma: q * scale in fp16
-# would overflow, tests/kernels/test_scale_range.py); float32 ends at 2^128. With
-# |scale| <= 2^16, an fp16 K (< 2^16) and head_dim <= 2^8, a score stays finite for any
-# |q| < 2^95; past it (scale = 1e38, issue 33) inf - inf gave NaN. Real scales: 1/sqrt(D).
+# The largest |scale| a launcher accepts: with an fp16 K (< 2^16) and head_dim <= 2^8 a
+# score stays finite in float32 for any |q| < 2^95 (scale = 1e38 gave NaN, issue 33).
 MAX_SCALE = 2.0**16
 
 
@@ -58,7 +55,6 @@ def require_shape(name: str, a, expected: tuple):
 
 
 def require_inner_contiguous(name: str, a, skip: int = 1):
-    """Dims after the first `skip` must be C-contiguous."""
     item = np.dtype(a.dtype).itemsize
     expect = item
     for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]), strict=True):
@@ -75,8 +71,8 @@ def require_c_contiguous(name: str, a):
 
 
 def index_array(name: str, a, ndim: int):
-    """A list/tuple of ints (nested `ndim` deep) -> int64 array; anything else passes
-    through. Floats, strings, bools and ragged rows are refused, never parsed."""
+    """A nest of ints `ndim` deep -> int64 array (floats, strings, bools and ragged rows
+    refused); anything else passes through."""
     if not isinstance(a, (list, tuple)):
         return a
     flat = list(a)
@@ -104,20 +100,17 @@ def index_array(name: str, a, ndim: int):
 
 
 def host_ints(name: str, a, ndim: int) -> np.ndarray:
-    """An int32/int64 index array (or list of ints) on the host, to check it."""
     a = index_array(name, a, ndim)
     require_array(name, a, ndim, (np.int32, np.int64))
     return a.copy_to_host() if is_device(a) else np.asarray(a)
 
 
 def first_bad(mask: np.ndarray):
-    """Index (as a tuple of ints) of the first True in mask, or None."""
     hits = np.argwhere(mask)
     return None if len(hits) == 0 else tuple(int(i) for i in hits[0])
 
 
 def require_range(name: str, values: np.ndarray, lo: int, hi: int, what: str = "", mask=None):
-    """Every value (where mask) must lie in [lo, hi)."""
     bad = (values < lo) | (values >= hi)
     if mask is not None:
         bad &= mask
@@ -140,7 +133,7 @@ def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
 
 def require_scale(scale, head_dim: int) -> float:
     """The softmax scale as a finite float in [-MAX_SCALE, MAX_SCALE] (default
-    1/sqrt(head_dim)); not a real number: TypeError; NaN, inf or too large: ValueError."""
+    1/sqrt(head_dim))."""
     if scale is None:
         return 1.0 / float(np.sqrt(head_dim))
     if isinstance(scale, (bool, np.bool_)) or not isinstance(
@@ -161,7 +154,6 @@ def require_scale(scale, head_dim: int) -> float:
 
 
 def require_out_dtype(out_dtype) -> np.dtype:
-    """An output dtype a kernel can store: float32 or float16."""
     try:
         dtype = np.dtype(out_dtype)
     except TypeError:
@@ -172,21 +164,18 @@ def require_out_dtype(out_dtype) -> np.dtype:
 
 
 def to_device(a, dtype=None):
-    """A device array for a kernel argument (device arrays pass through)."""
     if is_device(a):
         return a
     return cuda.to_device(np.ascontiguousarray(a, dtype=dtype))
 
 
 def write_back(host, dev):
-    """After a kernel changed `dev` (staged from NumPy array `host`), update `host` in place."""
     if dev is not host and isinstance(host, np.ndarray):
         host[...] = dev.copy_to_host()
 
 
 def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
-    """The shape of a valid query [rows, H, D]: float, C-contiguous, non-empty, H a
-    multiple of num_kv_heads and D the cache's."""
+    """The shape of a valid query [rows, H, D] for this cache."""
     require_array("query", query, 3, FLOAT_DTYPES)
     require_c_contiguous("query", query)
     rows, num_heads, q_dim = shape_of(query)
@@ -202,9 +191,8 @@ def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence")
 
 
 def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
-    """A launch grid CUDA can run (x < 2**31, y and z <= 65,535: CUDA C++ Programming
-    Guide, "Compute Capabilities"), which the simulator does not enforce; names[i] says
-    what dimension i counts, for the message."""
+    """A launch grid CUDA can run (CUDA C++ Programming Guide, "Compute Capabilities"; the
+    simulator does not enforce it); names[i] says what dimension i counts."""
     for axis, (size, limit, name) in enumerate(zip(grid, GRID_LIMITS, names, strict=True)):
         if size > limit:
             raise ValueError(
@@ -214,8 +202,7 @@ def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
 
 
 def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -> str | None:
-    """Why an fp16 matrix-core kernel cannot serve this cache, or None: it needs float16
-    and head_dim a multiple of 16 (one mma k-step) in [16, max_head_dim]."""
+    """Why an fp16 matrix-core kernel cannot serve this cache, or None."""
     if np.dtype(cache_dtype) != np.float16:
         return f"the {path} path needs a float16 cache, got {np.dtype(cache_dtype).name}"
     if head_dim % 16 or not 16 <= head_dim <= max_head_dim:
@@ -227,8 +214,8 @@ def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -
 
 
 def block_tables_and_lens(block_tables, context_lens, num_seqs: int, block_size: int):
-    """(tables, lens) on the host: `block_tables` int32 [num_seqs, max_blocks] and
-    `context_lens` int32 [num_seqs], each length in 1 .. max_blocks * block_size."""
+    """(tables, lens) on the host: int32 [num_seqs, max_blocks] and [num_seqs] in
+    1 .. max_blocks * block_size."""
     tables = host_ints("block_tables", block_tables, 2)
     lens = host_ints("context_lens", context_lens, 1)
     if tables.dtype != np.int32 or lens.dtype != np.int32:

@@ -1,9 +1,6 @@
-"""Host-side checks of a paged-prefill batch (`prefill.paged_prefill` runs them first).
-
-Beside the checks every attention launcher shares, a ragged prefill batch needs
-query_start_loc [S + 1] to run from 0 to the query's token count without going down,
-every context at least as long as its query tokens, and every block-table entry the
-kernel will read inside the cache. `choose_path` decides which kernel serves a call.
+"""Host-side checks of a ragged paged-prefill batch (query_start_loc from 0 to the
+query's tokens, never down; contexts at least their query tokens; every table entry read
+inside the cache), and `choose_path`, the kernel that serves a call.
 """
 
 from __future__ import annotations
@@ -25,16 +22,14 @@ PATHS = ("auto", "tensor", "cuda_core", "wgmma")
 
 
 def staged_aligned(kv_cache) -> bool:
-    """Is the cache the kernel will read 16-byte aligned? A host array is staged into a
-    fresh contiguous allocation, aligned when a row of head_dim elements fills 16-byte
-    units (asking a NumPy array for its device address fails on a GPU)."""
+    """Is the cache the kernel will read 16-byte aligned? (A host array is staged into a
+    fresh contiguous allocation.)"""
     if ck.is_device(kv_cache):
         return aligned16(kv_cache)
     return int(kv_cache.shape[4]) * np.dtype(kv_cache.dtype).itemsize % 16 == 0
 
 
 def compute_capability() -> tuple[int, int] | None:
-    """The current GPU's (major, minor), None under the simulator."""
     if _backend.backend() != "gpu":
         return None
     from numba import cuda
@@ -56,8 +51,8 @@ def _wgmma_refusal(kv_cache) -> str | None:
 
 
 def choose_path(path, kv_cache) -> str:
-    """ "tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache
-    ("auto" falls back to "cuda_core"; the others refuse a cache they cannot serve)."""
+    """ "tensor", "wgmma" or "cuda_core" for this cache ("auto" falls back to "cuda_core",
+    the others refuse a cache they cannot serve)."""
     if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
@@ -78,8 +73,7 @@ def choose_path(path, kv_cache) -> str:
 
 
 class PrefillBatch(NamedTuple):
-    """block_tables [S, max_blocks], context_lens [S], query_start_loc [S + 1] (int32, on
-    the host or the device), and the query lengths [S] on the host."""
+    """tables, lens, starts (int32, host or device), and q_lens [S] on the host."""
 
     tables: object
     lens: object
@@ -90,7 +84,6 @@ class PrefillBatch(NamedTuple):
 def check_batch(
     query, shape: CacheShape, block_tables, context_lens, query_start_loc, mask: ScoreMask
 ) -> PrefillBatch:
-    """The batch on the host, validated (the cache and the mask are checked first)."""
     num_blocks, num_kv_heads, block_size, head_dim = shape
     _, causal, window, sinks = mask
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]

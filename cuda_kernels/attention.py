@@ -3,14 +3,9 @@
 `paged_attention` reads the chapter's per-layer cache; `decode_with` is the same
 launcher for any layout given as `layout.Loaders` (the 3.7 labs build theirs on it).
 
-Vector or scalar: vector loaders need head_dim % (16 / itemsize) == 0 and 16-byte
-aligned K/V (data pointer and outer strides); otherwise the launcher takes the
-loaders' scalar `fallback` (or refuses when there is none).
-
-Path (`choose_path`): "cuda_core" is `fast/decode.py`, "tensor" is `fast/decode_tc.py` (the
-group's heads as the M rows of mma.m16n8k16, FlashInfer's `use_tensor_cores`; vLLM v1's
-FlashInfer backend makes the same choice for GQA); LAST_PLAN records what ran. Both paths
-share the split-K plan and the merge.
+Path (`choose_path`): "cuda_core" is `fast/decode.py`, "tensor" `fast/decode_tc.py`
+(FlashInfer's `use_tensor_cores`, as vLLM v1's FlashInfer backend chooses for GQA); both
+share the split-K plan and the merge. Unaligned K/V take the loaders' scalar `fallback`.
 
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
 vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds
@@ -51,12 +46,9 @@ SIMULATED_CTAS_PER_SM = 2
 MODES = ("auto", "single", "split")
 PATHS = ("auto", "tensor", "cuda_core")
 TC_MIN_GROUP = 4  # path="auto" takes the tensor cores from this group size up (FlashInfer)
-# The last launch's plan, for reading back what "auto" chose: path, partition_size,
-# num_partitions, threads (the benchmark rows and tests read it).
-LAST_PLAN: dict = {}
-# Fill output and partial buffers with NaN before launch, so that an element a kernel
-# forgets to write shows up. On by default under the simulator; the GPU benchmark
-# turns it on for its correctness pass.
+LAST_PLAN: dict = {}  # the last launch's path, partition_size, num_partitions, threads
+# NaN-fill output and partial buffers before launch, so an unwritten element shows up
+# (default: on under the simulator; the GPU benchmark's correctness pass turns it on).
 POISON = {"on": None}
 _kernels: dict = {}
 _slots: dict = {}  # (kernel, launch argument types, threads) -> cta_slots, on a GPU
@@ -75,11 +67,6 @@ def _empty(shape, dtype=np.float32) -> "cuda.devicearray.DeviceNDArray":
 SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
-def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
-    """Static shared memory of `decode.make_decode_kernel` (`decode_geometry.geometry`)."""
-    return geometry(head_dim, group, dtype, warps)["shared"]
-
-
 def launch_warps() -> int:
     """4 warps (128 threads) per CTA on a GPU; 1 warp under the simulator, where every
     thread is a Python thread (warp-level code needs whole 32-lane warps)."""
@@ -95,8 +82,7 @@ def kernel_for(
     paged: bool = True,
     path: str = "cuda_core",
 ):
-    """(kernel, threads, chunks) for path "cuda_core" or "tensor", compiled once. Launch
-    grid: (num_kv_heads * chunks, num_seqs, num_partitions)."""
+    """(kernel, threads, chunks) for path "cuda_core" or "tensor", compiled once."""
     dtype = np.dtype(dtype)
     if path == "tensor":  # warps from the shared-memory budget; one under the simulator
         warps = tc_geometry(head_dim, group_size)["warps"] if launch_warps() > 1 else 1
@@ -118,9 +104,8 @@ def kernel_for(
 
 
 def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -> str:
-    """ "tensor" or "cuda_core" for a launch with these (usable) loaders. "auto" takes the
-    tensor cores from TC_MIN_GROUP heads when the shape allows; "tensor" on a shape it
-    cannot serve is a ValueError saying why."""
+    """ "tensor" or "cuda_core" for these (usable) loaders: "auto" takes the tensor cores
+    from TC_MIN_GROUP heads when the shape allows; "tensor" refuses one it cannot serve."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "cuda_core":
@@ -144,9 +129,8 @@ def sm_count() -> int:
 
 
 def cta_slots(kernel, args, threads: int) -> int:
-    """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
-    driver's occupancy calculator (numba's max_cooperative_grid_blocks), cached; compiling
-    for the launch's argument types registers the overload the launch then reuses."""
+    """SMs x resident CTAs per SM of `kernel` at `threads`, from the driver's occupancy
+    calculator, cached (the compile registers the overload the launch then reuses)."""
     if _backend.backend() != "gpu":
         return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
     try:
@@ -165,8 +149,7 @@ def cta_slots(kernel, args, threads: int) -> int:
 
 
 def plan_cost(counts, part: int, ctas_per_seq: int, slots: int) -> int:
-    """The cost model of `choose_partition` (the module docstring), in token-steps of one
-    CTA; CTA_OVERHEAD_TOKENS prices a CTA's prologue and merges."""
+    """`choose_partition`'s cost model (the module docstring), in token-steps of one CTA."""
     counts = np.asarray(counts, np.int64)
     ctas = ctas_per_seq * int((-(-counts // part)).sum())  # empty partitions exit at once
     waves = -(-ctas // slots)
@@ -182,9 +165,8 @@ def choose_partition(
     max_pass=MAX_PASS,
     grain=GRAIN,
 ) -> int:
-    """Tokens per partition for mode="auto" (the module docstring's rule). `counts`:
-    attended tokens per sequence; ctas_per_seq: KV heads x head chunks; slots: SMs x
-    resident CTAs. A result >= max(counts) means one pass."""
+    """Tokens per partition for mode="auto" (the module docstring's rule) for `counts`
+    attended tokens per sequence; a result >= max(counts) means one pass."""
     counts = np.asarray(counts, np.int64)
     if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
         raise ValueError("counts must be non-negative, ctas_per_seq and slots positive")
@@ -213,9 +195,8 @@ def attended_ranges(context_lens: np.ndarray, window, sinks: int):
 
 
 def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, ends, rows=None):
-    """Every block-table entry a kernel reads lies in [0, num_blocks): those of blocks
-    holding one of the first kept[s] positions or overlapping [start[s], ends[s]), for
-    the sequences `rows` (bool [S]) selects. Entries of skipped blocks may be anything."""
+    """Every table entry a kernel reads (blocks holding a position < kept[s] or in
+    [start[s], ends[s]), of the sequences `rows` selects) lies in [0, num_blocks)."""
     first = np.arange(tables.shape[1], dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
     touched = (first < kept[:, None]) | (
         (first < ends[:, None]) & (first + block_size > start[:, None])
@@ -241,13 +222,9 @@ def paged_attention(
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
-    int32 [S]. mask: a `mask.ScoreMask` (vLLM's names): its scale defaults to 1/sqrt(D),
-    |scale| <= 2^16 (`_checks.MAX_SCALE`: a larger one overflows the float32 scores, so it
-    is refused); sliding_window/sinks attend only to the first `sinks` and the last
-    `sliding_window` tokens (table entries of skipped blocks may be -1); causal changes
-    nothing for decode's one row.
-    path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
-    NumPy query -> NumPy result; device query -> device result.
+    int32 [S]. mask: a `mask.ScoreMask` (|scale| <= `_checks.MAX_SCALE`; table entries of
+    blocks a window skips may be -1). path: "auto" | "tensor" | "cuda_core"; what ran is
+    LAST_PLAN["path"]. NumPy query -> NumPy result; device query -> device result.
     """
     shape = check_kv_cache("kv_cache", kv_cache)
     cache = ck.to_device(kv_cache)  # a device cache (or pool view) is used in place
@@ -274,9 +251,8 @@ def decode_with(
     shape: CacheShape,
     options: DecodeOptions | None = None,
 ):
-    """`paged_attention` for any layout (`layout.Loaders`, whose `name` keys the kernel
-    cache). k_src/v_src go unchanged to load_k/load_v; the caller checks their layout and
-    gives its `shape`; everything else is validated here as for `paged_attention`."""
+    """`paged_attention` for any layout: k_src/v_src go unchanged to the loaders; the
+    caller checks their layout and gives its `shape`, the rest is validated here."""
     options = DecodeOptions() if options is None else options
     tables, lens, count, opt = _checked(query, block_tables, context_lens, shape, options)
     num_seqs, num_heads, head_dim = query.shape[0], query.shape[1], shape.head_dim
@@ -336,8 +312,7 @@ def decode_with(
 
 
 def _checked(query, block_tables, context_lens, shape: CacheShape, options: DecodeOptions):
-    """(tables, lens, attended count per sequence, options normalised), validated in
-    that order against `shape`."""
+    """(tables, lens, attended count per sequence, options normalised), validated."""
     num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
     block_size = shape.block_size
     tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)

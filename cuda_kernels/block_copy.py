@@ -51,11 +51,8 @@ def copy_blocks_kernel(src, dst, pairs):
 
 @cuda.jit
 def copy_blocks_vec(src, dst, pairs, chunks):
-    """dst block pairs[p, 1] = src block pairs[p, 0], `chunks` 16-byte chunks per block.
-
-    Thread t of CTA (p, y) moves chunks c, c + nt, ..., c + (UNROLL-1) nt for
-    c = (y + j * gridDim.y) * nt * UNROLL + t, j = 0, 1, ...: a grid-stride loop whose
-    body issues UNROLL loads before its first store."""
+    """dst block pairs[p, 1] = src block pairs[p, 0], `chunks` 16-byte chunks per block:
+    CTA (p, y) strides over the block, UNROLL loads issued before the first store."""
     vec = 16 // itemsize(src)  # elements per chunk (a compile-time constant)
     a = pairs[cuda.blockIdx.x, 0]
     b = pairs[cuda.blockIdx.x, 1]
@@ -83,9 +80,8 @@ def copy_blocks_vec(src, dst, pairs, chunks):
 
 
 def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarray:
-    """(src, dst) pairs as int32 [n, 2]: ints (never floats, strings or bools), ids in
-    range, no dst twice, and (in one pool) no block both written and read, since the
-    copies run in parallel."""
+    """(src, dst) pairs as int32 [n, 2]: ints, ids in range, no dst twice, and in one pool
+    no block both written and read (the copies run in parallel)."""
     arr = ck.index_array("pairs", pairs, 2)
     if isinstance(arr, np.ndarray) and arr.size == 0:
         arr = np.zeros((0, 2), np.int64)
@@ -117,7 +113,6 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
 
 
 def vector_chunks(src, dst) -> int:
-    """16-byte chunks per block when the vector path applies to this src/dst pair, else 0."""
     block_bytes = int(np.prod(src.shape[1:])) * np.dtype(src.dtype).itemsize
     if block_bytes % 16 or not all(_blocks_aligned16(a) for a in (src, dst)):
         return 0
@@ -125,7 +120,6 @@ def vector_chunks(src, dst) -> int:
 
 
 def _blocks_aligned16(pool) -> bool:
-    """Every block starts on a 16-byte boundary (its data pointer and its block stride)."""
     return device_address(pool) % 16 == 0 and (pool.shape[0] < 2 or pool.strides[0] % 16 == 0)
 
 
@@ -135,8 +129,7 @@ def _launch(src, dst, pairs: np.ndarray, num_kv_heads: int) -> None:
 
 
 def launch_pairs(src, dst, d_pairs, num_pairs: int, num_kv_heads: int) -> None:
-    """Launch the copy for checked (src, dst) pairs already on the device (the benchmark
-    times this, so that no host-to-device transfer sits between two launches)."""
+    """Launch the copy for checked pairs already on the device (the benchmark times this)."""
     threads = _backend.block_threads()
     chunks = vector_chunks(src, dst)
     if chunks:  # enough CTAs per pair to fill the GPU, each looping over its share

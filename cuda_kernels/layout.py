@@ -8,11 +8,8 @@ view `kv_pool[:, layer]` has the same inner layout with a larger outer stride; e
 launcher accepts it in place. Within a (block, head), the block_size x head_dim
 elements are contiguous: consecutive threads reading consecutive `d` coalesce.
 
-A layout is just its loaders (`Loaders`), handed to the decode-kernel factory
-(`decode.make_decode_kernel`); other layouts (the chapter 3.7 layout labs) supply their own.
-`BLOCK_MAJOR` gives the vector contract (one row index per token, 16-byte loads) and
-names `BLOCK_MAJOR_SCALAR` (one float32 per element) as the fallback the launcher uses
-when head_dim is not a multiple of the vector width or the cache is not 16-byte aligned.
+A layout is just its `Loaders` (the 3.7 layout labs supply their own); `BLOCK_MAJOR`'s
+fallback, `BLOCK_MAJOR_SCALAR`, serves unaligned caches and odd head_dims.
 """
 
 from __future__ import annotations
@@ -58,9 +55,11 @@ def load_v(cache, block, kv_head, offset, d):
 
 
 class Loaders(NamedTuple):
-    """How a decode kernel reads K and V (the contracts: `decode.make_decode_kernel`).
-    name keys the compiled-kernel cache; fallback: the scalar Loaders to use when 16-byte
-    loads are impossible (else the launcher refuses)."""
+    """How a decode kernel reads K and V (`@cuda.jit(device=True)` functions): vector
+    loaders give load_k(k_src, seq, block, kv_head, offset) -> the element index of d = 0 of
+    the token's key row (contiguous, 16-byte aligned); scalar ones load_k(k_src, block,
+    kv_head, offset, d) -> float32; load_v likewise. name keys the compiled-kernel cache;
+    fallback: the scalar Loaders when 16-byte loads are impossible (else a refusal)."""
 
     name: str
     load_k: Callable

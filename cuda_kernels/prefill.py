@@ -303,15 +303,13 @@ def make_prefill_kernel(
 
 
 def shared_bytes(head_dim: int, rows: int, tile: int) -> int:
-    """Static shared memory of the kernel's arrays, in bytes."""
     floats = rows * head_dim + tile * (head_dim + 1) + tile * head_dim + rows * tile + 3 * rows
     return 4 * floats + 3 * 4 * tile
 
 
 def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
-    """(threads, kv tile, query tile). On a GPU: 128 threads, about 16 query rows per
-    block and the largest KV tile of 32/16/8 tokens that fits 48 KiB. Under the simulator
-    (a Python thread per CUDA thread): 4 threads, 16-token tiles, 16 rows."""
+    """(threads, kv tile, query tile): on a GPU 128 threads, ~16 query rows and the largest
+    KV tile of 32/16/8 tokens that fits 48 KiB; under the simulator 4 threads, 16, 16."""
     if _backend.backend() != "gpu":
         return 4, 16, max(1, 16 // group)
     for q_tile in range(max(1, 16 // group), 0, -1):
@@ -349,16 +347,12 @@ def paged_prefill(
     """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> [total_q, H, D] of out_dtype.
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
-    [S + 1] (sequence s owns rows from query_start_loc[s]); block_tables int32
-    [S, max_blocks]; context_lens int32 [S], each >= its query length. mask: a
-    `mask.ScoreMask` (vLLM's names; |scale| <= `_checks.MAX_SCALE`), causal by default.
-    path: "auto" (tensor cores when the shape allows), "tensor" (`prefill_tc`), "wgmma"
-    (`prefill_wgmma`, Hopper, fp16, head_dim a multiple of 16 up to 128; opt-in: it has
-    not yet run on a GPU; refused on a GPU that is not sm_90) or "cuda_core" (this
-    module's kernel); `_prefill_checks.choose_path(path, kv_cache)` tells which one a call
-    runs, LAST_PATH which one the last call ran. NumPy query -> NumPy result; device
-    query -> device result. out_dtype: float32 (default) or float16 (what SDPA writes):
-    every kernel accumulates in float32 and rounds once, on the store.
+    [S + 1]; block_tables int32 [S, max_blocks]; context_lens int32 [S], each >= its query
+    length. mask: a `mask.ScoreMask`, causal by default. path: "auto" (tensor cores when
+    the shape allows), "tensor" (`prefill_tc`), "wgmma" (`prefill_wgmma`, sm_90 only,
+    opt-in: not yet run on a GPU) or "cuda_core"; LAST_PATH says what the last call ran.
+    NumPy query -> NumPy result; device query -> device result. out_dtype: float32 or
+    float16 (what SDPA writes), rounded once, on the store.
     """
     shape = check_kv_cache("kv_cache", kv_cache)
     out_dtype = ck.require_out_dtype(out_dtype)
@@ -378,10 +372,8 @@ def paged_prefill(
 
 
 def launcher(cache, query, batch: PrefillBatch, *, mask: ScoreMask, out, path: str = "auto"):
-    """launch() running the prefill kernel on device buffers into out [total_q, H, D],
-    with no checks (`paged_prefill` validates first; the GPU benchmark times launch()
-    alone). `batch`: tables, lengths and starts on the device, query lengths on the
-    host. launch.path names the kernel it runs."""
+    """launch() running the prefill kernel on checked device buffers into out (the GPU
+    benchmark times it alone); launch.path names the kernel it runs."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)

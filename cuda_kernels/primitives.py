@@ -1,9 +1,7 @@
 """The small named pieces every kernel is built from (FlashInfer's style: vec_t, warp
-reductions, online-softmax state), so that a kernel body reads as its algorithm. The
-device functions defined here (warp_sum/warp_max, the reduce_scatter + broadcast pair
-behind group_sums, softmax_rescale (Milakov & Gimelshein 2018), exp2_or_zero,
-merge_states, window_span, swizzled) say what they do in their docstrings. Imported
-from `gpu/intrinsics` on a GPU or `sim/` under the simulator:
+reductions, online-softmax state (Milakov & Gimelshein 2018) and its merge), so that a
+kernel body reads as its algorithm. Imported from `gpu/intrinsics` on a GPU or `sim/`
+under the simulator:
     load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
     itemsize(array)              -> int                   element bytes, a compile-time constant
     fast_exp2(x)                 -> float32               2^x, one MUFU.EX2 (ex2.approx.ftz)
@@ -38,22 +36,9 @@ FlashAttention-2 trick that feeds P = softmax(S) back to the next mma from regis
 cp.async: copies land only after the thread's cp_async_wait retires their group; other
 threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
 Hopper's wgmma (sm_90a) lives in `fast/wgmma.py`, its stand-ins in `sim/wgmma_sim.py`.
-
-The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
-scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
-
-`load16(array, index)` reads the 16 bytes at element `index` of `array`, counted from its
-data pointer in its own elements (a strided view uses its own strides). The caller
-guarantees 16-byte alignment and bounds; the launcher checks that once (`aligned16`). On
-a GPU it is an `@intrinsic` emitting LLVM `load <4 x i32>, align 16` from the global
-address space with `!invariant.load`, which NVVM turns into `ld.global.nc.v4.u32` (one
-128-bit load per lane, through the read-only path), so K/V stay in their storage type
-until `unpack16` converts them to float32 in registers.
-
-Under the simulator an intrinsic cannot run and warp shuffles and votes (`cuda.any_sync`,
-`cuda.syncwarp`) do not exist, so `sim/simulator.py` installs plain-Python stand-ins with
-CUDA's documented semantics (only on the simulator backend, `_backend.py`). Kernel bodies
-never ask which backend they run on.
+The softmax pieces work in base 2 (q pre-multiplied by scale * log2(e)), as
+FlashAttention does. load16's caller guarantees 16-byte alignment and bounds (the
+launcher checks `aligned16` once). Kernel bodies never ask which backend they run on.
 """
 
 from __future__ import annotations
@@ -118,14 +103,10 @@ def aligned16(array) -> bool:
 
 
 def swizzle_shape(chunks: int) -> tuple[int, int, int]:
-    """(stride, shift, mask) for shared-memory rows of `chunks` 16-byte chunks read 8
-    rows at a time at one chunk column (ldmatrix), as `swizzled` places them.
-
-    A power-of-two row of chunks is XOR-swizzled: chunk c of row r goes to slot
-    c ^ ((r >> shift) & mask), mask = min(chunks, 8) - 1, 2^shift = max(1, 8 // chunks),
-    so the 8 rows of one ldmatrix hit 8 distinct 16-byte bank groups (CUTLASS's
-    Swizzle<3,3,3> for 128-byte rows). Any other row is padded to an odd number of chunks,
-    conflict-free on its own (r * stride mod 8 differs for the 8 rows), with mask 0."""
+    """(stride, shift, mask) of `swizzled` for rows of `chunks` 16-byte chunks that
+    ldmatrix reads 8 rows at a time: a power-of-two row is XOR-swizzled (CUTLASS's
+    Swizzle<3,3,3> for 128-byte rows) so the 8 rows hit distinct bank groups; any other
+    row is padded to an odd number of chunks (conflict-free on its own), mask 0."""
     if chunks & (chunks - 1) == 0:
         return chunks, max(0, 3 - chunks.bit_length() + 1), min(chunks, 8) - 1
     return chunks | 1, 0, 0
@@ -133,8 +114,7 @@ def swizzle_shape(chunks: int) -> tuple[int, int, int]:
 
 @cuda.jit(device=True)
 def swizzled(row, chunk, stride, shift, mask):
-    """The slot (in 16-byte chunks from the array start) of `chunk` of `row` (row >= 0);
-    bit operations only, so no signed-division fix-ups."""
+    """The slot (16-byte chunks from the array start) of `chunk` of `row` (row >= 0)."""
     return row * stride + (chunk ^ ((row >> shift) & mask))
 
 
@@ -153,8 +133,7 @@ def unpack16(raw, dst, fp16):
 
 @cuda.jit(device=True)
 def warp_sum(value, width):
-    """Sum of `value` over the aligned group of `width` lanes (a power of two <= 32)
-    holding this lane; every lane of the group gets the sum."""
+    """Sum of `value` over this lane's aligned group of `width` lanes (a power of two)."""
     offset = width >> 1
     while offset > 0:
         value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
@@ -232,26 +211,17 @@ def broadcast(vals, n, width, lane, out):
 
 @cuda.jit(device=True)
 def group_sums(vals, n, width, lane, out):
-    """out[0:n] <- the sums over the aligned group of `width` lanes of vals[0:n], in every
-    lane of the group (vals is scratch). n and width are powers of two.
-
-    A reduce-scatter, then a broadcast: at each xor step a lane keeps half of its values
-    and sends the other half, so n values cost n/2 + n/4 + ... shuffles instead of
-    n x log2(width) for n separate butterflies; the owner of each total then broadcasts
-    it (n more shuffles)."""
+    """out[0:n] <- the sums of vals[0:n] (scratch) over the aligned group of `width` lanes,
+    in every lane: n/2 + n/4 + ... + n shuffles instead of n x log2(width)."""
     reduce_scatter(vals, n, width, lane)
     broadcast(vals, n, width, lane, out)
 
 
 @cuda.jit(device=True)
 def softmax_rescale(m_old, tile_max, slack):
-    """Online-softmax step in base 2: the new running max and alpha = 2^(m_old - m_new),
-    the factor for the old running sum and accumulators.
-
-    The max moves only when the tile's max exceeds it by more than `slack` (log2 units,
-    FlashAttention-3's lazy rescaling): otherwise alpha is exactly 1, the caller may skip
-    the rescale, and exp2(score - m) stays <= 2^slack. slack = 0 is the textbook rule.
-    Before any unmasked score both are -inf: m stays -inf and alpha is 1."""
+    """Online-softmax step in base 2: (m_new, alpha = 2^(m_old - m_new)). The max moves only
+    when the tile's beats it by more than `slack` (FlashAttention-3's lazy rescaling; 0 is
+    the textbook rule), else alpha is exactly 1. Before any unmasked score m stays -inf."""
     if tile_max > m_old + slack:
         return tile_max, fast_exp2(m_old - tile_max)
     return m_old, float32(1)
@@ -262,11 +232,9 @@ FLOAT32_TINY = float32(np.finfo(np.float32).tiny)  # the smallest normal float32
 
 @cuda.jit(device=True)
 def split_scale(scale2):
-    """(sign, magnitude), sign * magnitude == scale2 for the kernels that apply the scale
-    to the fp32 scores after an fp16 mma: sign in {-1, 0, 1} rides on Q's fp16 fragments
-    (exact: no overflow, no lost bits), magnitude > 0 multiplies the scores, so the max of
-    the raw scores times it is the max of the scaled ones and a masked -inf stays -inf. A
-    zero or subnormal scale2 (0 under flush-to-zero) is sign 0, magnitude 1."""
+    """(sign, magnitude) of scale2 for kernels that scale fp32 scores after an fp16 mma:
+    the sign rides exactly on Q's fragments, magnitude > 0 keeps maxima and -inf. A zero
+    or subnormal scale2 is sign 0, magnitude 1."""
     magnitude = abs(scale2)
     if magnitude < FLOAT32_TINY:
         return float32(0), float32(1)
@@ -275,8 +243,7 @@ def split_scale(scale2):
 
 @cuda.jit(device=True)
 def exp2_or_zero(score, m):
-    """2^(score - m), and exactly 0 for a masked score (-inf). A NaN score gives NaN, as
-    IEEE arithmetic (and the float64 reference) does: it is not a masked score."""
+    """2^(score - m), exactly 0 for a masked score (-inf); a NaN score gives NaN."""
     if score != -math.inf:
         return fast_exp2(score - m)
     return float32(0)
@@ -294,9 +261,8 @@ def window_span(length, window, sinks):
 
 @cuda.jit(device=True)
 def merge_states(m_a, l_a, m_b, l_b):
-    """Merge base-2 softmax states (m, l) of two disjoint token sets. Returns the merged
-    (m, l) and the weights w_a, w_b by which each side's accumulator is scaled:
-    acc = w_a * acc_a + w_b * acc_b. An empty side (l = 0) gets weight 0."""
+    """Merge base-2 softmax states of two disjoint token sets: (m, l, w_a, w_b), acc =
+    w_a * acc_a + w_b * acc_b; an empty side (l = 0) gets weight 0."""
     m = max(m_a, m_b)
     w_a = float32(0)
     w_b = float32(0)

@@ -55,22 +55,14 @@ def dense_attention(
 def paged_attention(
     query, kv_cache, block_tables, context_lens, mask: ScoreMask = CAUSAL
 ) -> np.ndarray:
-    """[S, H, D] float64: each sequence's attention through its block table, with the
-    mask's scale (None: 1/sqrt(D)), sliding_window and sinks (`mask.ScoreMask`)."""
-    out = np.empty(query.shape, np.float64)
-    for s, length in enumerate(np.asarray(context_lens)):
-        positions = attended_positions(int(length), mask.sliding_window, mask.sinks)
-        keys, values = gather_kv(np.asarray(kv_cache), block_tables[s], positions)
-        out[s] = dense_attention(query[s], keys, values, mask.scale)
-    return out
+    """[S, H, D] float64: decode, `reference_prefill` with one query row per sequence."""
+    starts = np.arange(len(context_lens) + 1)
+    return reference_prefill(query, kv_cache, block_tables, context_lens, starts, mask)
 
 
 def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int = -1):
-    """Block tables for sequences of `lens` tokens in random, disjoint physical blocks.
-
-    Returns (tables int32 [S, max_blocks] padded with `fill`, num_blocks), where the
-    pool has `spare` blocks more than the sequences need. For tests and benchmarks.
-    """
+    """(tables int32 [S, max_blocks] padded with `fill`, num_blocks): sequences of `lens`
+    tokens in random, disjoint blocks of a pool with `spare` blocks more than they need."""
     need = [-(-int(n) // block_size) for n in lens]
     num_blocks = sum(need) + spare
     ids = rng.permutation(num_blocks)
@@ -85,13 +77,9 @@ def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int
 def reference_prefill(
     query, kv_cache, block_tables, context_lens, query_start_loc, mask: ScoreMask = CAUSAL
 ) -> np.ndarray:
-    """[total_q, H, D] float64: paged prefill, one query row at a time.
-
-    Query token i of sequence s (rows query_start_loc[s] ..) is at position
-    p = context_len - query_len + i and sees the first p + 1 positions when mask.causal
-    (the whole context otherwise), windowed by `attended_positions`. With query_len = 1
-    this is `paged_attention` row for row: decode is the case query_len = 1.
-    """
+    """[total_q, H, D] float64, one query row at a time: token i of sequence s is at
+    position p = context_len - query_len + i and sees the first p + 1 positions when
+    mask.causal (else the whole context), windowed by `attended_positions`."""
     starts = np.asarray(query_start_loc)
     out = np.empty(query.shape, np.float64)
     for s, ctx in enumerate(np.asarray(context_lens)):

@@ -6,15 +6,12 @@
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
-For each kernel (`kernel_specs`) and arch (default sm_80 and sm_90): numba lowers once
-(`lower`), NVVM gives PTX per arch, `ptxas -v` its registers, shared memory, stack and
-spills, `nvdisasm -c` (or `cuobjdump -sass`) its SASS. Each row adds `tools/disasm.py`'s
-counts and `tools/roofline.py`'s H200 model (their docstrings define them).
-paged_prefill_wgmma exists only for sm_90a: its row comes with --arch sm_90.
-
-compile_ptx needs numba's real CUDA target but no GPU, so under the simulator this module
-re-runs itself with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0. The CUDA binaries come
-from the `ptx` extra's wheels or PATH; without a disassembler the SASS fields are None.
+Per kernel (`kernel_specs`) and arch (default sm_80, sm_90; paged_prefill_wgmma: sm_90a
+only): numba lowers once, NVVM gives PTX, `ptxas -v` registers, shared memory, stack and
+spills, `nvdisasm -c` (or `cuobjdump -sass`) SASS; rows add `tools/disasm.py`'s counts and
+`tools/roofline.py`'s H200 model. compile_ptx needs numba's real CUDA target but no GPU:
+under the simulator this module re-runs itself with PAGEDSIM_CUDA=gpu. The CUDA binaries
+come from the `ptx` extra's wheels or PATH; without a disassembler SASS fields are None.
 """
 
 from __future__ import annotations
@@ -61,10 +58,6 @@ def find_tool(name: str) -> str | None:
     return shutil.which(name)
 
 
-def find_ptxas() -> str | None:
-    return find_tool("ptxas")
-
-
 def kernel_specs():
     """(name, python function, signature[, threads]) for every kernel the package launches."""
     from . import alloc, labs
@@ -101,7 +94,6 @@ def _memory_specs() -> list:
 
 
 def _decode_sig(cache, q) -> tuple:
-    """A decode kernel's arguments (`fast.decode.make_decode_kernel`)."""
     from numba import types as t
 
     i32 = t.int32
@@ -122,8 +114,7 @@ def _decode_specs() -> list:
 
     f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
     warps = 4  # the GPU launch configuration (`attention.launch_warps` on a GPU)
-    # (name, loaders, numba dtype, group, head_dim, cache type, paged, block_size); the NHD
-    # layout and the other lab layouts come with labs.PTX_KERNELS
+    # (name, loaders, numba dtype, group, head_dim, cache type, paged, block_size)
     decodes = [
         ("float16,G=8,D=128", BLOCK_MAJOR, t.float16, 8, 128, f16c5, True, 16),
         ("float16,G=4,D=128", BLOCK_MAJOR, t.float16, 4, 128, f16c5, True, 16),
@@ -177,8 +168,7 @@ HEAD_DIMS = (16, 64, 80, 128, 192, 208, 256)
 
 
 def prefill_sig(dtype=None) -> tuple:
-    """The paged prefill kernels' arguments (`prefill.make_prefill_kernel`), cache and
-    query of `dtype` (default float16)."""
+    """`prefill.make_prefill_kernel`'s arguments, cache and query of `dtype` (float16)."""
     from numba import types as t
 
     dtype, i32 = t.float16 if dtype is None else dtype, t.Array(t.int32, 1, "C")
@@ -188,7 +178,6 @@ def prefill_sig(dtype=None) -> tuple:
 
 
 def prefill_tc_spec(group: int, head_dim: int) -> tuple:
-    """The tensor-core prefill's spec at the GPU's launch_config for head_dim."""
     from .fast.prefill_tc import launch_config, make_prefill_tc_kernel
 
     warps, tile, q_regs, o_split = launch_config(head_dim)
@@ -198,20 +187,17 @@ def prefill_tc_spec(group: int, head_dim: int) -> tuple:
 
 
 def head_dim_specs():
-    """The tensor-core prefill at G = 4 for every head_dim of HEAD_DIMS."""
     return [prefill_tc_spec(4, head_dim) for head_dim in HEAD_DIMS]
 
 
 def ladder_specs():
-    """Every rung of `cuda_kernels.ladder` at the ladder's report case."""
     from .ladder import RUNGS
 
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
 
 
 def kernel_source(kernel) -> list[str]:
-    """The kernel's source lines, then those of each named device step its closure holds
-    (rungs 8-10 name their steps, as `prefill.py` does): the code one launch runs."""
+    """The kernel's source lines, then those of each device step its closure holds."""
     import inspect
 
     func = kernel.py_func
@@ -224,8 +210,7 @@ def kernel_source(kernel) -> list[str]:
 
 
 def kernel_diff(before, rung) -> dict:
-    """{kernel_lines, lines_changed}: the rung's `kernel_source` lines and the lines a diff
-    from the previous rung's changes (None where there is no kernel to compare)."""
+    """{kernel_lines, lines_changed} (from the previous rung; None where not comparable)."""
     import difflib
 
     if rung.name == "production":
@@ -240,9 +225,8 @@ def kernel_diff(before, rung) -> dict:
 
 
 def ladder_rows(rows: list[dict]) -> list[dict]:
-    """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
-    sass_per_cache_byte = sass_per_kv_byte x cache_reads: issue slots per byte of cache a
-    decode step needs, which GQA improves (each byte loaded once for the group)."""
+    """Each rung's row gains cache_reads (`Rung.reads`) and sass_per_cache_byte =
+    sass_per_kv_byte x cache_reads: issue slots per byte of cache a decode step needs."""
     from .ladder import RUNGS
     from .ladder.launch import REPORT_GROUP
 
@@ -261,8 +245,7 @@ def ladder_rows(rows: list[dict]) -> list[dict]:
 
 
 def targets(spec: tuple, archs) -> list[tuple[str, str]]:
-    """[(arch, target)] a spec is compiled for: every arch as itself, or, for a spec whose
-    5th element maps archs to targets (wgmma needs sm_90a), only the archs it names."""
+    """[(arch, target)]: every arch, or those a spec's 5th element maps (wgmma: sm_90a)."""
     only = spec[4] if len(spec) > 4 else None
     return [(a, a) for a in archs] if only is None else [(a, only[a]) for a in archs if a in only]
 
@@ -278,7 +261,6 @@ def parse_ptxas(text: str) -> dict:
 
 
 def _run(cmd: list[str], what: str) -> subprocess.CompletedProcess:
-    """Run a CUDA binary; a RuntimeError with its stderr when it fails."""
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"{what} failed:\n{done.stderr}")
@@ -296,10 +278,9 @@ def disassemble(cubin: Path) -> str | None:
 
 
 def lower(func, sig, cc: tuple):
-    """numba's typing and lowering of a kernel, once, as `compile_ptx` does before NVVM: the
-    code library whose `get_asm_strs(cc=...)` runs NVVM for any cc. Lowering reads the cc
-    only for an f64 atomic add (>= 6.0) and a fastmath tanh (>= 7.5), so one lowering
-    serves sm_80, sm_90 and sm_90a (tests/kernels/test_ptx_report.py checks the PTX)."""
+    """numba's lowering of a kernel, as `compile_ptx` does before NVVM. It reads the cc only
+    for an f64 atomic add and a fastmath tanh, so one lowering serves sm_80, sm_90 and sm_90a
+    (tests/kernels/test_ptx_report.py checks the PTX)."""
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     lib, _ = _compile_pyfunc_with_fixup(func, sig, device=False, abi="numba", cc=cc)
@@ -307,7 +288,6 @@ def lower(func, sig, cc: tuple):
 
 
 def ptx_for(lib, target: str) -> str:
-    """The PTX of a lowered kernel (`lower`) for one target ("sm_90a": cc (9, 0, "a"))."""
     (ptx,) = lib.get_asm_strs(cc=_cc(target))
     return ptx
 
@@ -341,8 +321,7 @@ def build(ptxas: str, func, sig, targets_: list[str], tmp: Path) -> list[dict]:
 
 
 def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> dict:
-    """One report row from `build`'s products for `target` (the ptxas arch, sm_90a for
-    wgmma); occupancy uses `arch`'s limits."""
+    """One report row from `build`'s products for `target`; occupancy at `arch`'s limits."""
     sass = built["sass"]
     row = {"kernel": name, "arch": target, "threads": threads, **parse_ptxas(built["ptxas"])}
     row.update(disasm.ptx_stats(built["ptx"]))
@@ -356,8 +335,7 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
 
 
 def compile_seconds(name: str, func, sig, target: str, ptxas: str | None = None) -> dict:
-    """{kernel, arch, compile_s, compile_cpu_s, ptxas_s, ptxas_cpu_s}: wall and CPU seconds
-    of compile_ptx for target, then of `ptxas` on its PTX (None without ptxas)."""
+    """Wall and CPU seconds of compile_ptx, then of `ptxas` on its PTX (None without it)."""
     from numba.cuda import compile_ptx
 
     began, cpu = time.perf_counter(), time.process_time()
@@ -387,9 +365,8 @@ _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
 
 
 def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
-    """For a prefill kernel, its K/V reuse at roofline.HEADLINE: G and D from the row's name,
-    QT and T from the kernel's closure; {} for other kernels, reuse None (no bound rather
-    than a wrong one) when those are not found."""
+    """A prefill kernel's K/V reuse at roofline.HEADLINE (G, D from the name, QT, T from the
+    closure; reuse None when not found); {} for other kernels."""
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
@@ -420,7 +397,6 @@ def path_of(kernel: str) -> str | None:
 
 
 def git_commit() -> str | None:
-    """The short commit of the checkout this module runs from (None outside git)."""
     cmd = ["git", "-C", str(Path(__file__).resolve().parent.parent), "rev-parse", "--short", "HEAD"]
     try:
         return subprocess.check_output(cmd, text=True, timeout=10).strip() or None
@@ -429,8 +405,7 @@ def git_commit() -> str | None:
 
 
 class _NoDevice:
-    """Stand-in for `get_current_device()` without a GPU: a device function's dispatcher
-    reads the current device's cc (only that); the kernel's own cc decides the PTX."""
+    """`get_current_device()` without a GPU: a device function's dispatcher reads its cc."""
 
     compute_capability = (8, 0)
 
@@ -444,8 +419,7 @@ def _allow_device_functions_without_gpu() -> None:
 
 
 def compile_key(spec: tuple, archs) -> tuple | None:
-    """What numba compiles for a spec (`fingerprint` of its function, its signature, its
-    targets), or None where that cannot be compared: specs with equal keys are one compile
+    """(fingerprint, signature, targets), or None: specs with equal keys are one compile
     (paged_decode[float16,G=4,D=128] is also labs.decode_fused and the ladder's rung 8)."""
     from numba.core import sigutils
 
@@ -457,9 +431,8 @@ def compile_key(spec: tuple, archs) -> tuple | None:
 
 
 def fingerprint(obj, depth: int = 0):
-    """A hashable stand-in for what numba reads of a Python function (code, globals by
-    identity, defaults, closure values; dispatchers, tuples and lists taken apart the same
-    way); None for anything else unhashable."""
+    """A hashable stand-in for what numba reads of a function (code, globals by identity,
+    defaults, closure values, taken apart recursively); None for anything unhashable."""
     from numba.cuda.dispatcher import CUDADispatcher
 
     if depth > 20:
@@ -497,13 +470,11 @@ def collect(
     compile_only: bool = False,
     on_rows=None,
 ) -> list[dict]:
-    """Every (spec, arch) row of `specs`, in spec then arch order; specs with one
-    `compile_key` are compiled once. numba's compiler holds a process-wide lock, so the
-    compiles go to `workers` forked processes (default: CPUs, <= 4), which inherit the specs
-    (closures do not pickle) and return text. compile_only: `compile_seconds` rows instead.
-    on_rows: called with each spec's rows as soon as they are done."""
+    """Every (spec, arch) row, specs with one `compile_key` compiled once, in `workers`
+    forked processes (numba's compiler lock; closures do not pickle, so they inherit the
+    specs). compile_only: `compile_seconds` rows. on_rows: called with each spec's rows."""
     _allow_device_functions_without_gpu()
-    ptxas = find_ptxas()
+    ptxas = find_tool("ptxas")
     if ptxas is None and not compile_only:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
@@ -555,7 +526,6 @@ _SPECS: list = []  # collect's specs, which its forked workers inherit
 
 
 def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bool) -> list:
-    """A worker's share: spec `index`'s `build` products (or compile seconds) per target."""
     name, func, sig, _ = _with_threads(_SPECS[index])
     targets_ = [target for _, target in targets(_SPECS[index], archs)]
     if compile_only:
@@ -565,7 +535,6 @@ def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bo
 
 
 def _with_threads(spec: tuple) -> tuple:
-    """(name, func, sig[, threads[, targets]]) -> (name, func, sig, threads)."""
     return (*spec[:3], spec[3] if len(spec) > 3 else DEFAULT_THREADS)
 
 
@@ -586,7 +555,6 @@ FLAGS = {  # the on/off options: flag -> its help
 
 
 def parser() -> argparse.ArgumentParser:
-    """`python -m cuda_kernels.report`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0]
     )
@@ -634,7 +602,6 @@ def main(argv=None) -> int:
 
 
 def _print(rows: list[dict], args: argparse.Namespace, sets: list[str], began: float) -> None:
-    """The rows in the form the options ask for."""
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:

@@ -2,12 +2,10 @@
 
     store16(array, index, words)   words = (u32, u32, u32, u32) as load16 returns them
 
-writes the 16 bytes that start at element `index` of `array`, counted from the array's
-data pointer in elements of its dtype. The caller guarantees 16-byte alignment and that
-the 16 bytes lie inside the array (the launchers check `primitives.aligned16` once).
-On a GPU it is an `@intrinsic` emitting LLVM `store <4 x i32>, ptr addrspace(1), align 16`,
-which NVVM turns into `st.global.v4.u32`. Under the simulator it is plain Python with the
-same meaning, and a misaligned or out-of-bounds address raises, as a GPU would fault.
+writes the 16 bytes at element `index` of `array` (the caller guarantees alignment and
+bounds: the launchers check `primitives.aligned16`). On a GPU: LLVM `store <4 x i32>,
+ptr addrspace(1), align 16`, i.e. `st.global.v4.u32`; under the simulator plain Python,
+where a misaligned or out-of-bounds address raises, as a GPU would fault.
 
 Reference: NVVM IR specification (address spaces); PTX ISA, st; CUDA C++ Programming
 Guide, "Device Memory Accesses" (16-byte naturally aligned vector accesses).

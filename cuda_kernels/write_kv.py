@@ -79,7 +79,6 @@ def write_kv_vec(kv_cache, key, value, slot_mapping):
 
 
 def use_vector_path(kv_cache, key, value) -> bool:
-    """The 16-byte path needs whole chunks per head row and 16-byte aligned arrays."""
     row_bytes = int(kv_cache.shape[4]) * np.dtype(kv_cache.dtype).itemsize
     return row_bytes % 16 == 0 and all(aligned16(a) for a in (kv_cache, key, value))
 

@@ -5,8 +5,7 @@ blocks with `cuda.atomic.cas` / `cuda.atomic.sub` and frees with an atomic decre
 `prefix` allocates a batch with an exclusive scan (no atomics); `alloc_racy` is the
 plain read-modify-write that `pagedsim race` shows to be wrong.
 
-`PTX_KERNELS` lists (name, python function, numba signature) for every kernel here,
-for `numba.cuda.compile_ptx(fn, sig, cc=(9, 0))` in a process without the simulator.
+`PTX_KERNELS` lists (name, python function, numba signature) for `cuda_kernels.report`.
 """
 
 import cuda_kernels  # noqa: F401  (selects the GPU or the simulator before numba.cuda loads)

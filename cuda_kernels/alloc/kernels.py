@@ -16,12 +16,10 @@ Grid for every kernel: one thread per request (allocation) or per block-table en
 - `alloc_racy`: a plain load and store of `top`; two threads that load the same top get
   the same ids. Kept for the lesson; `pagedsim race` proves it.
 
-Memory ordering: allocation and free are separate launches on one stream, and a kernel
-boundary orders all global memory, so a pop never meets a concurrent push. Inside
-`free_blocks` pushes race only with each other: `atomic.add` on `top` reserves a distinct
-slot per push before the id is written. Pushing and popping at once would need a second
-counter (reserve, then commit after a `cuda.threadfence()`), and an index-based CAS stack
-would meet the ABA problem.
+Memory ordering: allocation and free are separate launches on one stream (a kernel
+boundary orders all global memory), so a pop never meets a push; pushes reserve distinct
+slots with `atomic.add` on `top`. Pushing and popping at once would need a second counter
+(reserve, commit after a `cuda.threadfence()`); an index-based CAS stack meets ABA.
 
 Reference: CUDA C++ Programming Guide, "Atomic Functions"; vLLM v1 block_pool.py (the
 host-side pool this mirrors); `pagedsim.labs.interleavings` for the step-by-step race.

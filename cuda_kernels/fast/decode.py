@@ -22,24 +22,17 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
     TPR x HPC scores (`owned_index`), whose exp only that lane computes, and the
     probabilities are then broadcast (`broadcast`); no barrier and no shared-memory
     exchange inside the token loop;
-  * whether a score moved a max is one warp vote (`cuda.any_sync`): the rare step that must
-    rescale leaves the hot loop (a warp-uniform `break`), is finished by `regrow` and the
-    hot loop resumes, so the hot loop holds no rescale multiplies;
+  * whether a score moved a max is one warp vote: the rare step that must rescale leaves
+    the hot loop (a warp-uniform `break`) for `regrow`, so the hot loop holds no rescale;
   * the block table is read once per token (one word, broadcast to the row's lanes);
   * cp.async staging, so that bytes in flight cost no registers: ONE 16-byte aligned
-    shared array per CTA, a ring of STAGES = 2 stages; in each stage a lane owns CPL =
-    2 x TPR x VPL chunks of 16 bytes (K of token t, vector jv, then V), chunk c of lane l
-    of warp w at word (w * CPL + c) * 128 + 4 l: the 32 lanes side by side, so the lane's
-    read-back is one LDS.128 without bank conflicts. Step s + 1's copies (one commit group)
-    and step s + 2's table reads are issued before step s's math; `cp_async_wait(1)` then
-    retires step s's group;
-  * why no barrier in the loop: a lane reads back only the chunks it copied itself, and
-    wait_group makes a thread's own copies visible to that thread; a stage is refilled one
-    step after the lane's math consumed the registers its LDS filled. Masked tokens copy
-    zeros (src-size 0). Only at the end, after `cp_async_wait(0)`, does one `syncthreads`
-    hand the ring over to the merge;
-  * at the end every row's softmax state (m, l, acc) goes to shared memory once and is
-    merged there.
+    shared ring of STAGES = 2 stages; in each a lane owns CPL = 2 x TPR x VPL chunks of
+    16 bytes (K, then V), chunk c of lane l of warp w at word (w * CPL + c) * 128 + 4 l,
+    so the read-back is one LDS.128 without bank conflicts. Step s + 1's copies and step
+    s + 2's table reads are issued before step s's math; `cp_async_wait(1)` retires s's;
+  * no barrier in the loop: a lane reads back only the chunks it copied itself (wait_group
+    makes them visible to it); masked tokens copy zeros (src-size 0). One `syncthreads`
+    at the end hands the ring to the merge of every row's softmax state (m, l, acc).
 Without vector loaders, or where the ring would pass RING_BUDGET, or with staged=False,
 K/V stay in registers instead: step s + 1's loads go into the other of two ping-pong
 register buffers. Groups larger than HPC (e.g. 71 query heads on one KV head) are split
@@ -105,16 +98,10 @@ def make_decode_kernel(
     paged: bool = True,
     staged: bool | None = None,
 ):
-    """Build a decode kernel for one layout (`layout.Loaders`) and one storage dtype.
-
-    Loader contracts (`@cuda.jit(device=True)` functions):
-      vector loaders (loaders.vector): load_k(k_src, seq, block, kv_head, offset) -> int,
-        the element index of d = 0 of that token's key row (contiguous in d, 16-byte
-        aligned: the host checks); load_v likewise;
-      scalar loaders: load_k(k_src, block, kv_head, offset, d) -> float32, element d.
-    `block` is the physical block from the table, or with paged=False the logical one.
-    staged: K/V through the cp.async ring (True), in registers (False), or None: the ring
-    whenever it can serve (`geometry`'s "staged").
+    """Build a decode kernel for one layout (`layout.Loaders`, whose docstring gives the
+    loader contracts) and one storage dtype. `block` is the physical block from the table,
+    or with paged=False the logical one. staged: K/V through the cp.async ring (True), in
+    registers (False), or None: the ring whenever it can serve.
 
     Launch with `warps * 32` threads and
         grid (num_kv_heads * chunks, num_seqs, num_partitions), chunks = geometry()["chunks"]
@@ -135,8 +122,7 @@ def make_decode_kernel(
 
 
 def decode_shape(loaders, head_dim, group_size, dtype, warps, staged):
-    """The kernel's compile-time constants (`geometry`'s, and the sizes derived from
-    them), checked."""
+    """The kernel's compile-time constants, checked."""
     VECTOR = bool(loaders.vector)
     g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
     D, VEC, NVEC, LPR, VPL = int(head_dim), g["vec"], g["nvec"], g["lpr"], g["vpl"]
@@ -154,9 +140,7 @@ def decode_shape(loaders, head_dim, group_size, dtype, warps, staged):
     SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
     TH = TPR * HPC
     NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for the reduce-scatter
-    # Where a lane's raw K/V words live: the ring (words; chunk c of a lane's stage at
-    # base + c * 128, its 32 lanes side by side: LDS.128 without bank conflicts) or the
-    # ping-pong register buffers (BUF words each).
+    # A lane's raw K/V words live in the ring or in the ping-pong register buffers (BUF).
     CPL = 2 * TPR * VPL  # chunks a lane owns in each stage: K (token t, vector jv), then V
     STRIDE = 32 * 4 if STAGED else RAW_N  # words from one of a lane's vectors to the next
     return SimpleNamespace(
@@ -192,9 +176,7 @@ def decode_shape(loaders, head_dim, group_size, dtype, warps, staged):
 
 
 def make_loads(c, loaders, locate):
-    """(prologue, issue): step 0's K/V (and step 1's table entries), and each later
-    step's: `issue(src, place, ahead, stage, nxt)` fetches the step whose table entries
-    `ahead` holds into `stage`, then reads those of the step at base `nxt`."""
+    """(prologue, issue): step 0's K/V and step 1's table entries, then each later step's."""
     TPR, VPL, STRIDE, V_AT, R, STAGED = c.TPR, c.VPL, c.STRIDE, c.V_AT, c.R, c.STAGED
     fetch_k, fetch_v = (
         fetcher(fn, c.KIND, VPL, c.LPR, c.VEC, c.NVEC, c.D, STRIDE)
@@ -203,8 +185,7 @@ def make_loads(c, loaders, locate):
 
     @cuda.jit(device=True)
     def issue(src, place, ahead, stage, nxt):
-        """Loads (or cp.async copies, one group) for the next step into the stage, from
-        the table entries read one step earlier; then read those of the step after."""
+        """Load (or copy) the step `ahead` holds into `stage`; read the table at `nxt`."""
         blk, off, ok = ahead
         for t in range(TPR):
             at = stage.at + t * VPL * STRIDE
@@ -239,18 +220,15 @@ def make_loads(c, loaders, locate):
 
 
 def make_score(c):
-    """(limits, score): one step's scores on the row's tokens, each lane finishing its own
-    (the reduce-scatter, `decode.py`'s docstring), and where they are masked."""
+    """(limits, score): one step's scores, each lane finishing its own, and their masks."""
     TPR, HPC, SLOT, TH, NP, LPR, OWN, R = c.TPR, c.HPC, c.SLOT, c.TH, c.NP, c.LPR, c.OWN, c.R
     STAGED, VPL, STRIDE = c.STAGED, c.VPL, c.STRIDE
     to_float = unpacker(c.KIND, VPL, c.VEC, c.FP16, STRIDE)
 
     @cuda.jit(device=True)
     def limits(lim, lane, row, hi):
-        """lim[j] <- the first step base at which the lane's own score j is masked: its
-        total k = (token t, head h) = divmod(k, HPC) has attended index base + row + t * R,
-        masked from hi on; a padding slot (k >= TH) is always masked (base >= 0 > -1).
-        Computed once, so the hot loop compares one int32 per score."""
+        """lim[j] <- the first step base at which the lane's own score j (token k // HPC) is
+        masked (-1 for a padding slot), so the hot loop compares one int32 per score."""
         for j in range(OWN):
             k = owned_index(lane, j, NP, LPR)
             t = k // HPC
@@ -258,12 +236,9 @@ def make_score(c):
 
     @cuda.jit(device=True)
     def score(stage, q, x, place, base, hi):
-        """This step's scores: q . k for the row's TPR tokens (attended indices base + row +
-        t * R) and the CTA's heads, finished over the row's lanes, each lane keeping OWN of
-        them, masked when base >= lim[j] (`limits`; the register path, at the register
-        limit at G = 8, recomputes the test instead). own_p <- their 2^(s - m), valid unless
-        the max must move; returns the warp vote "some score beats its head's max by more
-        than SLACK"."""
+        """q . k for the row's TPR tokens and the CTA's heads, each lane keeping OWN, masked
+        (the register path, at its register limit at G = 8, recomputes the mask); own_p <-
+        2^(s - m); returns the warp vote "a score beats its head's max by > SLACK"."""
         dots, kv, m_own, lane = x.dots, x.kv, x.m_own, place.lane
         for t in range(TPR):  # this lane's part of q . k
             to_float(stage.k_buf, stage.ring, stage.at + t * VPL * STRIDE, kv)
@@ -292,8 +267,7 @@ def make_score(c):
 
 
 def make_softmax(c):
-    """(settle, regrow, accumulate): the online softmax after a step's scores, the common
-    case and the rare one, then P V."""
+    """(settle, regrow, accumulate): the online softmax's common and rare case, then P V."""
     TPR, HPC, SLOT, NP, LPR, OWN = c.TPR, c.HPC, c.SLOT, c.NP, c.LPR, c.OWN
     VPL, STRIDE, V_AT = c.VPL, c.STRIDE, c.V_AT
     to_float = unpacker(c.KIND, VPL, c.VEC, c.FP16, STRIDE)
@@ -308,8 +282,7 @@ def make_softmax(c):
 
     @cuda.jit(device=True)
     def regrow(x, st, lane):
-        """The rare case (warp-uniform): move each head's max where a score beat it,
-        rescale its sum and accumulators by alpha, then s[0:NP] <- the exps, l += p."""
+        """The rare case (warp-uniform): move the maxima, rescale, s[0:NP] <- p, l += p."""
         s, acc, m, lsum = x.s, st.acc, st.m, st.lsum
         broadcast(x.dots, NP, LPR, lane, s)
         for h in range(HPC):
@@ -345,9 +318,8 @@ def make_softmax(c):
 
 
 def make_walk(c, loaders, locate):
-    """walk(src, place, ahead, stages, st, x, lo, steps): every step of the partition from
-    base lo, K/V of step s + 1 in flight while step s computes; stages = (A, B), the even
-    and odd steps' (ping-pong: they swap roles, no copies)."""
+    """walk: every step of the partition from base lo, step s + 1's K/V in flight while
+    step s computes; stages = (A, B) of the even and odd steps."""
     PER_STEP, STAGED = c.R * c.TPR, c.STAGED
     prologue, issue = make_loads(c, loaders, locate)
     limits, score = make_score(c)
@@ -394,10 +366,10 @@ def make_walk(c, loaders, locate):
 
 
 def make_ends(c):
-    """(begin, merge): the CTA's state before its first step, and its rows' softmax
-    states merged once at the end, through shared memory, into its partial outputs."""
+    """(begin, merge): the CTA's first state; its rows' states merged into its outputs."""
     D, HPC, SLOT, VEC, LPR, OWN = c.D, c.HPC, c.SLOT, c.VEC, c.LPR, c.OWN
     NVEC, R, NT, DV = c.NVEC, c.R, c.NW * 32, c.DV
+    merge_states = make_merge(R, HPC, DV, D, NT)
 
     @cuda.jit(device=True)
     def begin(st, x, query, seq, head0, heads, col, scale2):
@@ -416,15 +388,12 @@ def make_ends(c):
 
     @cuda.jit(device=True)
     def merge(outs, ring, st, place, where, tid):
-        """outs = (out, max_logits, exp_sums) at where = (seq, head0, heads, part): each
-        head's max, sum and normalised output over the CTA's rows."""
-        out, max_logits, exp_sums = outs
-        seq, head0, heads, part = where
+        """Each head's max, sum and normalised output over the CTA's rows into outs =
+        (out, max_logits, exp_sums) at where = (seq, head0, heads, part)."""
         row, col = place.row, place.col
         acc_s = ring.view(np.float32)  # [R, HPC, DV] on the ring
         m_s = cuda.shared.array((R, HPC), float32)  # row maxima, then the rows' weights
         l_s = cuda.shared.array((R, HPC), float32)
-        total_s = cuda.shared.array(HPC, float32)
         for h in range(HPC):
             for i in range(SLOT):
                 k = col + (i // VEC) * LPR
@@ -433,18 +402,33 @@ def make_ends(c):
             if col == 0:
                 m_s[row, h] = st.m[h]
                 l_s[row, h] = st.lsum[h]
+        merge_states(outs, where, acc_s, m_s, l_s, tid)
+
+    return begin, merge
+
+
+def make_merge(ROWS, HPC, DV, D, NT):
+    """merge_states(outs, where, acc_s, m_s, l_s, tid): the CTA's ROWS softmax states in
+    shared memory (m_s, l_s [ROWS, HPC]; acc_s flat [ROWS, HPC, DV]) merged by log-sum-exp
+    into each head's max, sum and normalised output: outs = (out, max_logits, exp_sums) at
+    where = (seq, head0, heads, part). Overwrites m_s with the weights, l_s[0] with totals."""
+
+    @cuda.jit(device=True)
+    def merge_states(outs, where, acc_s, m_s, l_s, tid):
+        out, max_logits, exp_sums = outs
+        seq, head0, heads, part = where
         cuda.syncthreads()  # every row's state is in shared memory
         for h in range(tid, heads, NT):  # one thread per head, whatever the group size
             top = float32(-math.inf)
-            for r in range(R):
+            for r in range(ROWS):
                 if l_s[r, h] != 0:  # a non-empty row (NaN included: it must propagate)
                     top = max(top, m_s[r, h])
             total = float32(0)
-            for r in range(R):
+            for r in range(ROWS):
                 weight = math.exp2(m_s[r, h] - top) if l_s[r, h] != 0 else float32(0)
                 total += weight * l_s[r, h]
                 m_s[r, h] = weight
-            total_s[h] = total
+            l_s[0, h] = total  # only this thread reads head h's sums: row 0's is free
             max_logits[seq, head0 + h, part] = top / LOG2E  # natural units for merge.py
             exp_sums[seq, head0 + h, part] = total
         cuda.syncthreads()  # the rows' weights and each head's total are ready
@@ -452,17 +436,18 @@ def make_ends(c):
             h = i // D
             d = i - h * D
             num = float32(0)
-            for r in range(R):
+            for r in range(ROWS):
                 num += m_s[r, h] * acc_s[(r * HPC + h) * DV + d]
-            out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] != 0 else float32(0)
+            total = l_s[0, h]
+            out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
 
-    return begin, merge
+    return merge_states
 
 
 @cuda.jit(device=True)
 def window_bounds(length, window, sinks, part, partition_size):
-    """(kept, start, lo, hi): the window's sinks kept and its start (window <= 0: none),
-    and the partition's attended indices [lo, hi). int32 throughout: no 64-bit compares."""
+    """(kept, start, lo, hi): the window's sinks kept and start, the partition's attended
+    indices [lo, hi). int32 throughout: no 64-bit compares."""
     kept = int32(0)
     start = int32(0)
     if window > 0:

@@ -7,7 +7,7 @@
         hpc, chunks  heads per CTA and CTAs per KV head (balanced: hpc * chunks >= group)
         tpr          tokens per row per step
         staged, ring_bytes   whether K/V go through the cp.async ring, and its bytes
-        shared       static shared bytes: max(ring, the merge's accumulators) + m, l, totals
+        shared       static shared bytes: max(ring, the merge's accumulators) + m, l
     ring_bytes(warps, tokens_per_row, vpl)   STAGES x the K and V chunks of every lane
 
 Invariants (tests/kernels/test_decode_staging.py, test_split_window_and_shapes.py):
@@ -69,5 +69,5 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4, staged: bool
         tpr=tpr,
         staged=ring > 0,
         ring_bytes=ring,
-        shared=max(ring, merge) + 4 * hpc * (2 * rows + 1),
+        shared=max(ring, merge) + 4 * hpc * 2 * rows,
     )

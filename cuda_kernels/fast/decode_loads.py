@@ -13,8 +13,8 @@ Every fetch and unpack takes (buf, ring, at): the raw words sit in the local arr
 vector jv of the row at `at + jv * stride`. A staged lane reads back only the 16-byte
 chunks it copied itself, so its own cp.async.wait_group is all the ordering it needs.
 
-The window's index -> position rule is `decode.py`'s; a power-of-two block size divides
-by a shift, and unsigned indices skip numba's negative-index wraparound.
+A power-of-two block size divides by a shift; unsigned indices skip numba's
+negative-index wraparound.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ Each warp walks 16-token slabs of its partition (warp w takes slabs w, w + NW, .
 At the end the quad sums l; with NW > 1 the warps' states (m, l, O) meet in shared
 memory and are merged by log-sum-exp; with one warp each lane writes its own rows.
 
-Shapes it serves (`tc_supported`): float16 K/V, vector loaders, head_dim a multiple of
-16 up to 256, any group size and block size.
+It serves (`tc_supported`) float16 K/V, vector loaders, head_dim a multiple of 16 up to
+256, any group size and block size.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import numpy as np
 from numba import cuda, float32, int32
 from numba.cuda.types import float16, uint32
 
+from .._checks import fp16_mma_refusal
 from ..primitives import (
     FULL_MASK,
     cp_async16,
@@ -56,27 +57,21 @@ from ..primitives import (
     swizzle_shape,
     swizzled,
 )
-from .decode import Src, window_bounds
+from .decode import LOG2E, SLACK, Src, make_merge, window_bounds
 from .decode_loads import make_locate
 
-LOG2E = 1.4426950408889634
-SLACK = float32(8.0)
 M, TOK = 16, 16  # mma rows (heads) and tokens per warp per slab
 SHARED_LIMIT = 48 * 1024
 
 
 def tc_supported(dtype, head_dim: int) -> str | None:
     """None when the tensor-core kernel serves this shape, else the reason it does not."""
-    if np.dtype(dtype) != np.float16:
-        return f"the tensor-core path needs float16 K/V, got {np.dtype(dtype).name}"
-    if head_dim % 16 or not 16 <= head_dim <= 256:
-        return f"the tensor-core path needs head_dim a multiple of 16 in [16, 256], got {head_dim}"
-    return None
+    return fp16_mma_refusal("tensor-core", head_dim, dtype, 256)
 
 
 def tc_geometry(head_dim: int, group_size: int, warps: int | None = None) -> dict:
-    """Compile-time shape: heads per CTA, chunks, warps (the most of 4, 2, 1 whose
-    shared memory fits SHARED_LIMIT, unless given) and the shared bytes."""
+    """Heads per CTA, chunks, warps (the most of 4, 2, 1 that fits SHARED_LIMIT, unless
+    given) and the shared bytes."""
     chunks = -(-group_size // M)
     hpc = -(-group_size // chunks)
     stride = swizzle_shape(head_dim // 8)[0]
@@ -105,8 +100,7 @@ def make_tc_decode_kernel(
     warps: int | None = None,
     paged: bool = True,
 ):
-    """Build the tensor-core decode kernel; launch contract of `make_decode_kernel`
-    (same arguments, grid (num_kv_heads * chunks, num_seqs, num_partitions)) with
+    """The tensor-core decode kernel: `make_decode_kernel`'s launch contract with
     `tc_geometry(...)["warps"] * 32` threads. Needs vector loaders and float16 K/V."""
     if not loaders.vector:
         raise ValueError("the tensor-core decode needs vector (row-index) loaders")
@@ -118,7 +112,6 @@ def make_tc_decode_kernel(
 
 
 def tc_shape(D: int, G: int, warps: int | None) -> SimpleNamespace:
-    """The kernel's compile-time constants."""
     geo = tc_geometry(D, G, warps)
     NW, CH = geo["warps"], D // 8
     STRIDE, SWZ_SHIFT, SWZ_MASK = swizzle_shape(CH)
@@ -135,13 +128,12 @@ def tc_shape(D: int, G: int, warps: int | None) -> SimpleNamespace:
         SWZ_SHIFT=SWZ_SHIFT,
         SWZ_MASK=SWZ_MASK,
         STAGE_E=NW * 2 * TOK * STRIDE * 8,  # one array holds every warp's two stages
-        MERGE=(NW, geo["hpc"], D) if NW > 1 else (1, 1, 1),
+        MERGE=NW * geo["hpc"] * D if NW > 1 else 1,
     )
 
 
 def make_slot(c):
-    """slot(warp, stage, token, chunk): element index in a stage array of 16-byte `chunk`
-    of `token`'s row (swizzled: the 8 rows an ldmatrix reads hit distinct banks)."""
+    """slot(warp, stage, token, chunk): element index of `token`'s 16-byte `chunk`."""
     STRIDE, SWZ_SHIFT, SWZ_MASK = c.STRIDE, c.SWZ_SHIFT, c.SWZ_MASK
 
     @cuda.jit(device=True)
@@ -152,8 +144,7 @@ def make_slot(c):
 
 
 def make_slab(c, loaders, locate):
-    """(copy_slab, scores, accumulate): a 16-token slab into a warp's stage, S = Q K^T on
-    it, and O += P V."""
+    """(copy_slab, scores, accumulate): a slab into a warp's stage, S = Q K^T, O += P V."""
     KD, ND, CPL = c.KD, c.ND, c.CPL
     load_k, load_v = loaders.load_k, loaders.load_v
     slot = make_slot(c)
@@ -178,9 +169,8 @@ def make_slab(c, loaders, locate):
 
     @cuda.jit(device=True)
     def scores(wp, stage, qa, acc, first, hi, scale2):
-        """s[0:8] <- this lane's scores of the slab times scale2 = scale * log2 e, in
-        float32 after the mma (-inf where masked); returns the warp vote "a score beats
-        its row's max by more than SLACK"."""
+        """s[0:8] <- this lane's scores times scale2 (-inf where masked); returns the warp
+        vote "a score beats its row's max by more than SLACK"."""
         s, lane = acc.s, wp.lane
         for i in range(8):
             s[i] = float32(0)
@@ -227,8 +217,7 @@ def make_slab(c, loaders, locate):
 
 
 def make_walk(c, loaders, locate):
-    """walk(src, wp, qa, acc, mine, steps, scale2): the warp's slabs mine, mine + NW * 16,
-    ... (steps of them), slab s + 1 in flight while slab s computes."""
+    """walk: the warp's slabs mine, mine + NW * 16, ..., slab s + 1 in flight."""
     ND, PER_STEP = c.ND, c.NW * TOK
     copy_slab, scores, accumulate = make_slab(c, loaders, locate)
 
@@ -283,8 +272,8 @@ def make_walk(c, loaders, locate):
 
 
 def make_begin(c):
-    """begin(query, seq, head0, heads, lane, qa, acc): qa <- Q's A fragments (fp16,
-    unscaled; rows past `heads` zero); O = 0, l = 0, m = -inf."""
+    """begin: qa <- Q's A fragments (fp16, unscaled; rows past `heads` zero); O = 0, l = 0,
+    m = -inf."""
     KD, ND = c.KD, c.ND
 
     @cuda.jit(device=True)
@@ -307,10 +296,10 @@ def make_begin(c):
 
 
 def make_finish(c):
-    """finish(outs, where, wp, acc, tid): the rows' sums over the quad, then the partial
-    outputs outs = (out, max_logits, exp_sums) at where = (seq, head0, heads, part),
+    """finish: the rows' sums over the quad, then the partial outputs (`decode.make_ends`),
     merged across the warps in shared memory when NW > 1."""
-    D, NW, ND, NT, MERGE = c.D, c.NW, c.ND, 32 * c.NW, c.MERGE
+    D, NW, ND, NT, MERGE, HPC = c.D, c.NW, c.ND, 32 * c.NW, c.MERGE, c.HPC
+    merge_states = make_merge(NW, HPC, D, D, NT)
 
     @cuda.jit(device=True)
     def write_own(outs, where, lane, acc):
@@ -333,8 +322,7 @@ def make_finish(c):
     @cuda.jit(device=True)
     def merge(outs, where, wp, acc, tid):
         """NW warps: their states (m, l, O) meet in shared memory, merged by log-sum-exp."""
-        out, max_logits, exp_sums = outs
-        seq, head0, heads, part = where
+        heads = where[2]
         o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
         m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
         l_sh = cuda.shared.array((NW, M), float32)
@@ -347,30 +335,9 @@ def make_finish(c):
             if row < heads:
                 for nd in range(ND):
                     for e in range(2):
-                        o_sh[warp, row, 8 * nd + 2 * t + e] = acc.o[4 * nd + 2 * r + e]
-        cuda.syncthreads()  # every warp's (m, l, O) is in shared memory
-        for h in range(tid, heads, NT):
-            top = float32(-math.inf)
-            for w in range(NW):
-                if l_sh[w, h] != 0:
-                    top = max(top, m_sh[w, h])
-            total = float32(0)
-            for w in range(NW):
-                weight = math.exp2(m_sh[w, h] - top) if l_sh[w, h] != 0 else float32(0)
-                total += weight * l_sh[w, h]
-                m_sh[w, h] = weight
-            l_sh[0, h] = total  # warp 0's sum is no longer needed: the head's total
-            max_logits[seq, head0 + h, part] = top / LOG2E
-            exp_sums[seq, head0 + h, part] = total
-        cuda.syncthreads()  # the weights and totals are ready
-        for i in range(tid, heads * D, NT):
-            h = i // D
-            d = i - h * D
-            num = float32(0)
-            for w in range(NW):
-                num += m_sh[w, h] * o_sh[w, h, d]
-            total = l_sh[0, h]
-            out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
+                        at = (warp * HPC + row) * D + 8 * nd + 2 * t + e
+                        o_sh[at] = acc.o[4 * nd + 2 * r + e]
+        merge_states(outs, where, o_sh, m_sh, l_sh, tid)
 
     @cuda.jit(device=True)
     def finish(outs, where, wp, acc, tid):
@@ -386,7 +353,6 @@ def make_finish(c):
 
 
 def tc_kernel(c, loaders, locate):
-    """The kernel `make_tc_decode_kernel` documents, for constants c (`tc_shape`)."""
     G, HPC, CHUNKS, NW, STAGE_E = c.G, c.HPC, c.CHUNKS, c.NW, c.STAGE_E
     QA_N, O_N = 4 * c.KD, 4 * c.ND  # registers of Q's A fragments and O's accumulators
     walk = make_walk(c, loaders, locate)

@@ -12,15 +12,10 @@ token r // G, head r % G), so a GQA group's heads x query tokens share every K/V
 (FlashInfer packs them the same way). A warp owns 16 rows, lane l rows 16w + g and
 16w + g + 8 (g = l >> 2, t = l % 4, the mma fragment layout in primitives.py).
 
-The kernel is built from four pieces, one concept each:
-  * `prefill_tc_shape.TileShape`: every compile-time constant, derived and checked once;
-  * `prefill_work`: the CTA's rows, the positions they see and the tile order (shared
-    with `prefill_wgmma`);
-  * `prefill_tc_tiles`: the page table (one read per token per tile), cp.async into
-    swizzled shared memory, the per-lane address bases;
-  * `prefill_tc_step`: one KV tile (S, the mask where needed, the online softmax, P V).
-This module holds the kernel (Q into A fragments, the two tile loops, the epilogue that
-divides by the row sums and writes float32 rows), its launch configuration and cache.
+Its pieces: `prefill_tc_shape` (the constants), `prefill_work` (the CTA's rows and tile
+order, shared with `prefill_wgmma`), `prefill_tc_tiles` (page table, cp.async, swizzle),
+`prefill_tc_step` (one KV tile). Here: the kernel (Q in, the tile loops, O out), its
+launch configuration and cache.
 
 Registers (the limit that shapes large head_dims): a lane holds O (D/2 / o_split floats),
 S (T/4 floats) and Q (2 QR words, QR = k-steps kept in registers; the rest sit in shared
@@ -57,16 +52,11 @@ def unservable(head_dim: int, cache_dtype) -> str | None:
 
 def launch_config(head_dim: int) -> tuple[int, int, int, int]:
     """(warps, kv tile, q_regs, o_split) for head_dim, chosen from ptxas's figures
-    (tests/kernels/test_tensor_core_ptx.py compiles them on sm_80 and sm_90). On a GPU:
-      D <= SPLIT_O_ABOVE: 4 warps (64 rows, one warpgroup), the largest tile of 64/32/16
-        tokens whose K and V tiles fit SHARED_BUDGET;
-      larger D: 8 warps, two per row block, each with half of O (o_split 2: S is computed
-        by both), 32-token tiles; at D = 256 4 warps (32 rows), 16-token tiles and all of
-        Q in shared memory, read back with ldmatrix (q_regs 0): with any of Q's k-steps in
-        registers LLVM leaves qf in local memory at G > 1 (16-48 bytes of spills), and 64
-        rows of Q in shared memory would not fit the 48 KiB of static shared memory.
-    Under the simulator, whose threads are Python threads: 1 warp (2 with o_split) and
-    16-token tiles, with the GPU's q_regs and o_split."""
+    (tests/kernels/test_tensor_core_ptx.py). On a GPU: D <= SPLIT_O_ABOVE: 4 warps, the
+    largest tile of 64/32/16 tokens that fits SHARED_BUDGET; larger D: 8 warps, two per
+    row block with half of O each, 32-token tiles; D = 256: 4 warps, 16-token tiles, all
+    of Q in shared memory (any k-step of Q in registers spills at G > 1). Under the
+    simulator: 1 warp (2 with o_split), 16-token tiles, the GPU's q_regs and o_split."""
     k_steps, split = head_dim // 16, 2 if head_dim > SPLIT_O_ABOVE else 1
     q_regs = 0 if head_dim == 256 else k_steps
     if _backend.backend() != "gpu":

@@ -13,8 +13,7 @@ Every constant the kernel's pieces (`prefill_tc_tiles`, `prefill_tc_step`, the k
   * K/V rows are NCH 16-byte chunks, laid out by `primitives.swizzle_shape` (SC, SH, SM):
     an O share must start on a whole 8-chunk swizzle group where the layout XORs (SM > 0).
 
-Like CUTLASS's kernel traits or FlashAttention-2's Flash_fwd_kernel_traits, the numbers
-live in one place; the device functions read them as closure constants.
+Like CUTLASS's kernel traits, the numbers live in one place (closure constants).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The KV tiles of the tensor-core prefill (`prefill_tc`), one step each: S = Q K^T on
 mma.sync, the mask where needed, the online softmax on the accumulator fragments, O += P V.
 
-    walk = make_walk(shape, loader, tile_order)
-    walk(kv, tiles, lane, rows, acc, len_lo, start_hi, window)   # every tile of the CTA
-
-What a step reads and writes travels as five named tuples, built once by the kernel:
-`prefill_work`'s `KvSpan` (the sequence's K/V) and `Rows` (the lane's two query rows),
-`Tiles` (shared memory), `Lane` (the thread's place and address bases) and `Acc` (the
-running state). The step's pieces, one factory each: `make_scores` (S),
-`prefill_work.make_mask`, `make_rescale` (the online softmax), `make_values` (P V, and
-`masked_pv`); `make_step` joins them into one tile.
+A step's state travels as five named tuples built once by the kernel (`KvSpan`, `Rows`,
+`Tiles`, `Lane`, `Acc`); its pieces are `make_scores` (S), `prefill_work.make_mask`,
+`make_rescale` (the online softmax) and `make_values` (P V, and `masked_pv`).
 
   * S: per k-step of 16 dims (`qk_step`), one ldmatrix_x4 of K rows gives the B fragments
     of two 8-token n-tiles; Q's A fragments come from registers (k < QR) or from qs
@@ -44,9 +38,8 @@ from ..primitives import (
     mma_f16,
     pack_f16x2,
     swizzled,
-    warp_max,
 )
-from .prefill_work import make_mask, position, run_tile, seen_by, tile_at
+from .prefill_work import make_mask, make_row_max, position, run_tile, seen_by, tile_at
 
 # shared memory: the tile maps [2, T], the K and V tiles [T rows][SC chunks] (swizzled), P
 # [ROWS, T] (for `masked_pv`), Q's k-steps QR.. [ROWS][QSC chunks]
@@ -98,26 +91,15 @@ def make_scores(shape):
 
 def make_rescale(shape):
     """rescale(acc, scale2): the online softmax after a tile's scores."""
-    NS, SF, NDW = shape.NS, shape.SF, shape.NDW
+    SF, NDW = shape.SF, shape.NDW
+    row_max = make_row_max(SF)
 
     @cuda.jit(device=True)
     def rescale(acc, scale2):
         """The running max from this tile's scores, S exponentiated in place, O and the
         row sums (the extra n-tile) rescaled."""
-        s, o, st = acc.s, acc.o, acc.st
-        top_lo = float32(-math.inf)
-        top_hi = float32(-math.inf)
-        for n in range(NS):
-            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
-            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
-        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
-        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
-        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
-        base_hi = new_hi if new_hi > -math.inf else float32(0)
-        alpha_lo = fast_exp2(st[0] - base_lo)
-        alpha_hi = fast_exp2(st[1] - base_hi)
-        st[0] = new_lo
-        st[1] = new_hi
+        s, o = acc.s, acc.o
+        base_lo, base_hi, alpha_lo, alpha_hi = row_max(s, acc.st, scale2)
         for k in range(SF):
             s[k] = fast_exp2(s[k] * scale2 - (base_lo if k & 2 == 0 else base_hi))
         for n in range(NDW + 1):  # O and the row sums (the extra n-tile)

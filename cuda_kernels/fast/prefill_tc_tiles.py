@@ -1,14 +1,10 @@
 """The K/V tile loader of the tensor-core prefill (`prefill_tc`): the page table, cp.async
 and the swizzled shared-memory layout.
 
-    loader = make_tile_loader(shape)   # shape: prefill_tc_shape.TileShape
-
-  * `map_tile(kv, base, tok_s, b, tid)`: `prefill_work.make_map_tile`'s (one block-table
-    read per token per tile), shared with `prefill_wgmma`.
-  * `issue_any` / `issue_whole`: two threads per row issue 16-byte `cp_async16` copies of
-    every other chunk into swizzled shared rows (`primitives.swizzled`: the 8 rows of one
-    ldmatrix hit 8 distinct bank groups), one commit group per call; `issue_any` writes
-    zeros for rows past the span, `issue_whole` serves tiles known to be whole.
+  * `map_tile`: `prefill_work.make_map_tile`'s, one block-table read per token per tile.
+  * `issue_any` / `issue_whole`: two threads per row copy every other 16-byte chunk into
+    swizzled shared rows, one commit group per call; `issue_any` zero-fills rows past the
+    span, `issue_whole` serves tiles known to be whole.
   * `chunk_bases` / `q_chunk_bases`: 4 per-lane slot registers from which every ldmatrix
     and cp.async address of the tile loop is a constant offset (the K/V layout, and qs's).
   * `not_finite`: does a V value this thread copied fail to be finite (the masked tiles'

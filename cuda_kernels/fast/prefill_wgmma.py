@@ -30,11 +30,10 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
     next tile through the block table once per tile; V of tile j streams in while S_j
     and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
     each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
-  * The mask runs only on the tiles that need it (`prefill_work`'s two loops), and each
-    wgmma batch is waited for at once (no overlap of softmax and wgmma yet, as
-    FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
-    inside a partly masked tile reaches that row (0 x NaN), which prefill_tc avoids
-    with its CUDA-core `masked_pv`: left for a GPU session.
+  * The mask runs only on the tiles that need it; each wgmma batch is waited for at once
+    (no softmax/wgmma overlap yet, FlashAttention-3's ping-pong). Known gap: a NaN in a V
+    row masked inside a partly masked tile reaches the row (0 x NaN; prefill_tc's
+    `masked_pv` avoids it): left for a GPU session.
 """
 
 from __future__ import annotations
@@ -54,7 +53,6 @@ from ..primitives import (
     fast_exp2,
     pack_f16x2,
     split_scale,
-    warp_max,
     warp_sum,
 )
 from .decode import LOG2E
@@ -63,6 +61,7 @@ from .prefill_work import (
     Rows,
     make_map_tile,
     make_mask,
+    make_row_max,
     make_work,
     run_tile,
     tile_at,
@@ -89,8 +88,7 @@ def unservable(head_dim: int, cache_dtype) -> str | None:
 
 
 def kv_tile() -> int:
-    """Tokens per K/V tile: 64 on a GPU (S is one m64n64 per k-step), 16 under the
-    simulator (its threads are Python threads)."""
+    """Tokens per K/V tile: 64 on a GPU (one m64n64 per k-step), 16 under the simulator."""
     return 64 if _backend.backend() == "gpu" else 16
 
 
@@ -179,24 +177,13 @@ def make_products(c):
 def make_softmax(c):
     """softmax(acc, scale2): the online softmax after a tile's scores."""
     SF, OF = c.SF, c.OF
+    row_max = make_row_max(SF)
 
     @cuda.jit(device=True)
     def softmax(acc, scale2):
         """Update the running max and sums from this tile's scores, rescale O."""
         s, o, st = acc.s, acc.o, acc.st
-        top_lo = float32(-math.inf)
-        top_hi = float32(-math.inf)
-        for n in range(SF // 4):  # loops over 4-register blocks: unrolled, s stays in registers
-            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
-            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
-        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
-        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
-        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
-        base_hi = new_hi if new_hi > -math.inf else float32(0)
-        alpha_lo = fast_exp2(st[0] - base_lo)
-        alpha_hi = fast_exp2(st[1] - base_hi)
-        st[0] = new_lo
-        st[1] = new_hi
+        base_lo, base_hi, alpha_lo, alpha_hi = row_max(s, st, scale2)
         sum_lo = float32(0)
         sum_hi = float32(0)
         for n in range(SF // 4):
@@ -326,11 +313,8 @@ def make_cta_io(c):
 
 
 def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_size: int):
-    """Build the kernel for D, G, T (tokens per tile, a multiple of 16 up to 64) and the
-    cache's block size B; launched like `prefill_tc.make_prefill_tc_kernel`'s with
-    THREADS threads: kernel[(num_work, num_kv_heads), 128](cache, query, block_tables,
-    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal,
-    window, sinks, out)."""
+    """The kernel for D, G, T (a multiple of 16 up to 64) and block size B, launched as
+    `prefill_tc.make_prefill_tc_kernel`'s with THREADS threads."""
     c = wgmma_shape(head_dim, group_size, tile, block_size)
     G, T, BUF, SMEM, SF, OF, QF, PW = c.G, c.T, c.BUF, c.SMEM, c.SF, c.OF, c.QF, c.PW
     cta_span, row_spans, tile_order = make_work(c.QT, G, c.R, T)

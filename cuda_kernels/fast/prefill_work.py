@@ -9,19 +9,10 @@ causal, sees the first past + i + 1 positions. The CTA reads the union of its ro
 windows (`primitives.window_span`): positions [0, kept_hi) and [gap, len_hi), span of
 them in all, in tiles of T span indices.
 
-    cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window,
-             sinks) -> (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi,
-                        start_hi, gap, span)
-    row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen) -> (live_lo, live_hi)
-        rows_seen[0:3] / [3:6] <- (length, kept, start) of the lane's rows r_lo and r_lo + 8
-        (the CTA's R rows are query token r // G, head r % G); live: the row is a real one
-    tile_order(span, kept_hi, gap, len_lo, start_hi, window) -> (tiles, order)
-        order = (first_full, end_full, masked_tiles): tiles [first_full, end_full) are the
-        run every row sees whole (`full_tile`), the other masked_tiles need the mask
-
-`make_work(QT, G, R, T)` builds them for one kernel's compile-time shape; `position`,
-`seen_by`, `tile_at` and `run_tile` serve any shape, `make_map_tile` and `make_mask`
-build the tile's block-table map and its mask (both kernels' fragment layout).
+`make_work(QT, G, R, T)` builds, for one kernel's shape, `cta_span` (the CTA's sequence,
+rows and span), `row_spans` (the lane's rows r_lo and r_lo + 8: what they see, whether
+real) and `tile_order` (which tiles need the mask); `make_map_tile` and `make_mask` build
+a tile's block-table map and mask in both kernels' fragment layout.
 
 Loop state is int32 throughout (64-bit loop state costs registers). The kernels run
 steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two loops
@@ -34,10 +25,10 @@ import math
 from collections import namedtuple
 
 import numpy as np
-from numba import cuda, int32, int64
+from numba import cuda, float32, int32, int64
 
 from ..layout import k_row
-from ..primitives import window_span
+from ..primitives import fast_exp2, warp_max, window_span
 
 # The K/V one CTA reads, passed whole to the tile loaders and steps: the cache
 # [num_blocks, 2, num_kv_heads, block_size, head_dim], block_tables [num_seqs,
@@ -116,6 +107,32 @@ def make_mask(SF: int):
                 s[k] = -math.inf
 
     return mask
+
+
+def make_row_max(SF):
+    """row_max(s, st, scale2) -> (base_lo, base_hi, alpha_lo, alpha_hi): the online softmax's
+    new running max of the lane's rows g, g + 8 (st[0], st[1], log2 units) from its SF score
+    registers times scale2, the base each exponent subtracts (0 while nothing is seen) and
+    the factor that rescales what came before (both kernels' fragment layout)."""
+
+    @cuda.jit(device=True)
+    def row_max(s, st, scale2):
+        top_lo = float32(-math.inf)
+        top_hi = float32(-math.inf)
+        for n in range(SF // 4):  # unrolled: s stays in registers
+            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
+            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
+        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
+        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
+        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
+        base_hi = new_hi if new_hi > -math.inf else float32(0)
+        alpha_lo = fast_exp2(st[0] - base_lo)
+        alpha_hi = fast_exp2(st[1] - base_hi)
+        st[0] = new_lo
+        st[1] = new_hi
+        return base_lo, base_hi, alpha_lo, alpha_hi
+
+    return row_max
 
 
 def make_work(QT: int, G: int, R: int, T: int):

@@ -1,7 +1,6 @@
-"""Hopper warpgroup MMA (wgmma, sm_90a) for the kernels: one name per shape, the GPU's
-inline PTX (`gpu/wgmma_intrinsics`) or the simulator's stand-ins (`sim/wgmma_sim`, which
-states the fragment, descriptor and swizzle rules it follows), chosen once here as
-`primitives` chooses its own. Kernel bodies never ask which backend they run on.
+"""Hopper warpgroup MMA (wgmma, sm_90a): the GPU's inline PTX (`gpu/wgmma_intrinsics`) or
+the simulator's stand-ins (`sim/wgmma_sim`, which states the fragment, descriptor and
+swizzle rules), chosen once here as `primitives` chooses its own.
 
     wgmma_n{N}(desc, a0, a1, a2, a3, acc, base, accumulate)   N = 8, 16, ..., 64
     wgmma_n{N}_t(...)            B MN-major (imm-trans-b 1): n contiguous in shared memory

@@ -1,7 +1,5 @@
-"""The GPU side of `primitives`: LLVM intrinsics numba-cuda does not provide.
-
-Only imported when the real CUDA target is active; `sim/simulator.py` holds the
-plain-Python stand-ins with the same names and meaning.
+"""The GPU side of `primitives`: LLVM intrinsics numba-cuda does not provide (imported
+only on the real CUDA target; `sim/` holds the stand-ins with the same names).
 
     load16(array, index)   `load <4 x i32>, ptr addrspace(1), align 16, !invariant.load`
                            -> ld.global.nc.v4.u32 on sm_80 / sm_90

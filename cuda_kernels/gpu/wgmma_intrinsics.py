@@ -1,16 +1,11 @@
 """The GPU side of `wgmma`: Hopper warpgroup MMA of any width N, as inline PTX (sm_90a).
 
-Only imported when the real CUDA target is active; `sim/wgmma_sim.py` holds the stand-ins
-with the same names and meaning (`fast/wgmma.py` lists them). Kernels using these compile
-with cc=(9, 0, "a"). wgmma_n{N} is wgmma.mma_async.sync.aligned.m64n{N}k16.f32.f16.f16
-with imm-trans-b 0 (B K-major), wgmma_n{N}_t the same with imm-trans-b 1 (B MN-major);
-acc is a float32 local array updated in place (accumulate 0: D = A B, ignoring acc).
-fence_proxy_async is fence.proxy.async.shared::cta.
-
-The asm text and its N/2 tied f32 operands are generated from N (`wgmma_text`,
-`wgmma_constraints`), not written out per shape. Operands: $0 .. $(N/2 - 1) are D
-(outputs tied to the inputs carrying acc's old values), then the four A words, the
-descriptor (64-bit) and the accumulate flag (turned into the scale-d predicate).
+Imported only on the real CUDA target (`sim/wgmma_sim.py` holds the stand-ins; kernels
+compile with cc=(9, 0, "a")). wgmma_n{N} is wgmma.mma_async.sync.aligned.m64n{N}k16.f32.
+f16.f16 with B K-major, wgmma_n{N}_t with B MN-major (imm-trans-b 1); acc, a float32
+local array, is updated in place (accumulate 0: D = A B). The asm text is generated from
+N: $0 .. $(N/2 - 1) are D (tied to acc's old values), then the four A words, the 64-bit
+descriptor and the accumulate flag (the scale-d predicate).
 
 Reference: PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
 """

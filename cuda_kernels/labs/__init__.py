@@ -5,10 +5,8 @@
     alignment   the same kernel over a pool 0..128 bytes off a 128-byte boundary
     prealloc    one device allocation per block vs one pool
 
-`PTX_KERNELS` (built on first access) lists
-(name, python function, numba signature string) for `numba.cuda.compile_ptx`;
-`python -m cuda_kernels.report` compiles them with every other kernel.
-The alignment lab runs the fused kernel unchanged, so it adds no entry.
+`PTX_KERNELS` (built on first access) lists (name, python function, numba signature)
+for `python -m cuda_kernels.report`; the alignment lab runs the fused kernel unchanged.
 """
 
 import cuda_kernels  # noqa: F401  (selects the GPU or the simulator before numba.cuda loads)

@@ -47,8 +47,7 @@ def split_row(pool, seq, block, kv_head, offset):
 
 @cuda.jit(device=True)
 def nhd_row(pool, seq, block, kv_head, offset):
-    """Element index of pool[block, offset, kv_head, 0], pool [N, B, H_kv, D]: `split_row`
-    with the two inner indices swapped."""
+    """Element index of pool[block, offset, kv_head, 0], pool [N, B, H_kv, D]."""
     return split_row(pool, seq, block, offset, kv_head)
 
 
@@ -126,8 +125,7 @@ def convert(layout: str, kv_cache: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def geometry(layout: str, k_src, v_src) -> tuple[int, int, int, int]:
-    """Validate a (k_src, v_src) pair for `layout` by its registered shape rules; return
-    (num_blocks, H_kv, block_size, head_dim)."""
+    """(num_blocks, H_kv, block_size, head_dim) of a (k_src, v_src) pair valid for `layout`."""
     spec = registered(layout)
     if spec.same_array:
         if k_src is not v_src:

@@ -5,13 +5,10 @@ what changed, why, and what it buys; cuda_kernels/README.md lists the rungs and 
 each one's share of the read roofline; `python -m cuda_kernels.report --ladder` measures
 each).
 
-Every rung has the meaning of `cuda_kernels.paged_attention` (and of the float64
-reference `cuda_kernels.reference.paged_attention`): `rung.decode(query, kv_cache,
-block_tables, context_lens, scale=None)` -> float32 [S, H, D] over the cache layout
-[num_blocks, 2, H_kv, block_size, head_dim]. A rung may refuse a shape it cannot serve
-with a ValueError naming the argument. Each rung file has the same `decode` (a file read
-alone is called as `rung3_online.decode(...)`); `launch.py` holds the checks and launch
-they share.
+Every rung means what `cuda_kernels.paged_attention` means: `rung.decode(query,
+kv_cache, block_tables, context_lens, scale=None)` -> float32 [S, H, D]; a rung may refuse
+a shape it cannot serve (ValueError naming the argument). Each rung file has the same
+`decode` (`rung3_online.decode(...)`); `launch.py` holds the checks they share.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ class Rung:
 
     @property
     def predicted_pct(self) -> tuple[float, float]:
-        """(low, high) % of the read roofline cuda_kernels/README.md predicts at the GPU
-        ladder's case (benchmarks/gpu_ladder.py checks it)."""
+        """(low, high) % of the read roofline the README predicts (gpu_ladder checks it)."""
         return self._mod.PREDICTED_PCT
 
     @property
@@ -69,9 +65,8 @@ class Rung:
         return self._mod.kernel
 
     def reads(self, group: int) -> float:
-        """K/V bytes this rung loads per byte of the cache a decode step needs, for groups of
-        `group` query heads per KV head: READS (two-pass rungs read K twice), times the
-        group size for the rungs that read K/V once per query head."""
+        """K/V bytes loaded per byte of cache a decode step needs at `group` heads per KV
+        head: READS, times the group for the rungs that read K/V once per query head."""
         return self._mod.READS * (1 if getattr(self._mod, "PER_GROUP", False) else group)
 
     def decode(self, query, kv_cache, block_tables, context_lens, scale=None, **options):
@@ -79,8 +74,7 @@ class Rung:
         return self._mod.decode(query, kv_cache, block_tables, context_lens, scale, **options)
 
     def launch(self, case, **options):
-        """Run on a case `launch.prepare` validated (the benchmark times this): the result,
-        on the device when the query was a device array."""
+        """Run on a case `launch.prepare` validated (the benchmark times this)."""
         return self._mod.launch(case, **options)
 
     def ptx_spec(self):

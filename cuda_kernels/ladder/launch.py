@@ -57,8 +57,7 @@ class Case:
         return self.result(out)
 
     def split(self, partition_size, rung: str) -> tuple:
-        """(tokens per partition, grid (H_kv, S, P), partial [S, H, P, D], max_logits and
-        exp_sums [S, H, P]) of a split-K launch."""
+        """(part, grid (H_kv, S, P), partial [S, H, P, D], max_logits, exp_sums [S, H, P])."""
         part = ck.require_int("partition_size", partition_size, 1)
         num_parts = -(-int(self.host_lens.max()) // part)
         grid = (self.num_kv_heads, self.num_seqs, num_parts)
@@ -85,8 +84,7 @@ class Case:
 
 def decoder(launch):
     """A rung's module-level `decode(query, kv_cache, block_tables, context_lens, scale=None,
-    **options)` -> float32 [S, H, D], as `paged_attention`: `prepare` checks, then the rung's
-    `launch(case, **options)` runs. A rung file read alone is called the documented way."""
+    **options)`: `prepare` checks, then the rung's `launch(case, **options)` runs."""
 
     def decode(query, kv_cache, block_tables, context_lens, scale=None, **options):
         return launch(prepare(query, kv_cache, block_tables, context_lens, scale), **options)

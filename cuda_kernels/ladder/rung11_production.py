@@ -39,27 +39,27 @@ IDEA = "what fast/ adds: base-2 exp, lazy rescale, swizzle, multi-warp CTAs, the
 PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (README: Little's law)
 # (what, file under cuda_kernels/, line, text on that line)
 ADDS = (
-    ("base-2 exp: log2(e)", "fast/decode.py", 76, "LOG2E = 1.4426950408889634"),
-    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 529, "float32(scale * LOG2E)"),
-    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 92, "def fast_exp2(typingctx, x):"),
-    ("lazy rescale: SLACK", "fast/decode.py", 77, "SLACK = float32(8.0)"),
+    ("base-2 exp: log2(e)", "fast/decode.py", 69, "LOG2E = 1.4426950408889634"),
+    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 514, "float32(scale * LOG2E)"),
+    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 90, "def fast_exp2(typingctx, x):"),
+    ("lazy rescale: SLACK", "fast/decode.py", 70, "SLACK = float32(8.0)"),
     (
         "lazy rescale: the step",
         "primitives.py",
-        247,
+        221,
         "def softmax_rescale(m_old, tile_max, slack):",
     ),
-    ("lazy rescale (tensor cores)", "fast/decode_tc.py", 251, "softmax_rescale(m[r], top, SLACK)"),
-    ("swizzle: the layout", "primitives.py", 135, "def swizzled(row, chunk, stride, shift, mask):"),
-    ("swizzle: the tiles", "fast/decode_tc.py", 124, "= swizzle_shape(CH)"),
-    ("multi-warp CTAs: NW warps", "fast/decode.py", 104, "warps: int = 4,"),
-    ("multi-warp CTAs: the merge", "fast/decode.py", 436, "every row's state is in shared memory"),
-    ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
-    ("reduce-scatter of the scores", "fast/decode.py", 277, "reduce_scatter(dots, NP, LPR, lane)"),
-    ("the cp.async ring, NW warps", "fast/decode.py", 368, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 120, "def choose_path("),
-    ("the split plan: cost", "attention.py", 167, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 176, "def choose_partition("),
+    ("lazy rescale (tensor cores)", "fast/decode_tc.py", 240, "softmax_rescale(m[r], top, SLACK)"),
+    ("swizzle: the layout", "primitives.py", 116, "def swizzled(row, chunk, stride, shift, mask):"),
+    ("swizzle: the tiles", "fast/decode_tc.py", 117, "= swizzle_shape(CH)"),
+    ("multi-warp CTAs: NW warps", "fast/decode.py", 97, "warps: int = 4,"),
+    ("multi-warp CTAs: the merge", "fast/decode.py", 420, "every row's state is in shared memory"),
+    ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 84, "nw = warps or next("),
+    ("reduce-scatter of the scores", "fast/decode.py", 252, "reduce_scatter(dots, NP, LPR, lane)"),
+    ("the cp.async ring, NW warps", "fast/decode.py", 348, "cp_async_wait(1)"),
+    ("the split plan: path", "attention.py", 110, "def choose_path("),
+    ("the split plan: cost", "attention.py", 155, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 163, "def choose_partition("),
 )
 
 

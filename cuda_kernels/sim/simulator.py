@@ -1,10 +1,7 @@
-"""Plain-Python stand-ins for the primitives Numba's CUDA simulator lacks.
-
-The simulator runs every CUDA thread as a Python thread and has no warp shuffles, and
-it cannot run an `@intrinsic`. Installed only when the simulator backend is active
-(`primitives` imports this module only then), these give the kernels the same
-primitives with the semantics the CUDA C++ Programming Guide documents
-("Warp Shuffle Functions"):
+"""Plain-Python stand-ins for the primitives Numba's CUDA simulator lacks (it runs every
+CUDA thread as a Python thread, has no warp shuffles and cannot run an `@intrinsic`).
+`primitives` installs them on the simulator backend only, with the semantics the CUDA C++
+Programming Guide documents ("Warp Shuffle Functions"):
 
   * shfl_sync(mask, v, src_lane), shfl_up_sync(mask, v, delta),
     shfl_down_sync(mask, v, delta), shfl_xor_sync(mask, v, lane_mask): numba's API,
@@ -46,7 +43,6 @@ class _Round:
 
 
 def _me():
-    """(block manager, warp, lane, threads in the block) of the calling simulator thread."""
     thread = threading.current_thread()
     manager = getattr(thread, "_manager", None)
     if manager is None:
@@ -56,9 +52,8 @@ def _me():
 
 
 def _exchange(mask: int, value, kind: str = "shfl"):
-    """Wait until every lane of `mask` in this warp has arrived; return {lane: value}.
-    `kind` names the warp-wide operation (a shuffle, an mma, an ldmatrix): lanes that
-    reach different kinds of operation never meet, and the timeout reports it."""
+    """{lane: value} once every lane of `mask` in this warp has arrived at this `kind` of
+    operation (lanes at different kinds never meet: the timeout reports it)."""
     manager, warp, lane, size = _me()
     if not (mask >> lane) & 1:
         raise RuntimeError(f"shuffle called by lane {lane} which is not in its mask {mask:#010x}")
@@ -74,10 +69,9 @@ def _exchange(mask: int, value, kind: str = "shfl"):
 
 
 def meet(manager, key, lanes: frozenset, me: int, value) -> tuple[_Round, bool]:
-    """Bring `value` to the round `key` of the block, which `lanes` (threads) join; returns
-    the round and whether they all arrived. A round gives up only after TIMEOUT_S in which
-    no lane arrived: on a loaded machine the simulator may start a block's last threads
-    seconds late, and those lanes are slow, not divergent."""
+    """Bring `value` to the block's round `key` that `lanes` join: (round, all arrived). It
+    gives up only after TIMEOUT_S in which no lane arrived (a loaded machine starts a
+    block's last threads seconds late: slow, not divergent)."""
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
         current = rooms.get(key)
@@ -144,11 +138,9 @@ SWITCH_INTERVAL_S = 5e-4
 
 
 def install_shuffles() -> None:
-    """Give the simulator's in-kernel `cuda` module the four shuffles (idempotent).
-
-    Every shuffle hands the GIL to each lane's thread in turn, and the simulator's block
-    manager polls in a busy loop; Python's default 5 ms thread switch interval makes that
-    slow, so the interval is lowered to SWITCH_INTERVAL_S (2-3x faster kernels here)."""
+    """Give the simulator's in-kernel `cuda` module the four shuffles (idempotent), and
+    lower Python's 5 ms thread switch interval (every shuffle hands the GIL to each lane
+    in turn: 2-3x faster kernels here)."""
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
@@ -169,8 +161,7 @@ def syncwarp(mask=0xFFFFFFFF):
 
 
 def install_votes() -> None:
-    """Give the simulator's in-kernel `cuda` module `any_sync` and `syncwarp`, which it
-    lacks (idempotent: numba's own versions, should a later numba have them, are kept)."""
+    """Give the simulator's `cuda` module `any_sync` and `syncwarp` (numba's own kept)."""
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 
     for fn in (any_sync, syncwarp):
@@ -179,13 +170,9 @@ def install_votes() -> None:
 
 
 def _shared_array(self, shape, dtype, alignment=None):
-    """numba's simulated `cuda.shared.array`, made thread-safe.
-
-    The simulator gives every thread of a launch the same array for a given source line,
-    created by the first thread that asks; its check-then-create is not locked, so two
-    lane threads arriving together could each create one and no longer share memory
-    (seen as garbage in a kernel's output, once in tens of runs). Same logic, under a lock;
-    `alignment` (bytes, a power of two, as on a GPU) places the array's first element."""
+    """numba's simulated `cuda.shared.array` (one array per source line) with its
+    check-then-create under a lock: two threads arriving together could each create one
+    (garbage output once in tens of runs). `alignment`: bytes, a power of two."""
     from numba.cuda import types
     from numba.cuda.np import numpy_support
 
@@ -206,7 +193,6 @@ def _shared_array(self, shape, dtype, alignment=None):
 
 
 def _aligned_empty(shape, dtype, alignment: int) -> np.ndarray:
-    """np.empty(shape, dtype) whose data pointer is a multiple of `alignment` bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape)) * dtype.itemsize
     raw = np.empty(nbytes + alignment, np.uint8)
@@ -215,7 +201,6 @@ def _aligned_empty(shape, dtype, alignment: int) -> np.ndarray:
 
 
 def _numpy_of(array) -> np.ndarray:
-    """The NumPy array behind a simulator device array (in or out of a kernel)."""
     while not isinstance(array, np.ndarray):
         inner = array.__dict__.get("_item")
         array = inner if inner is not None else array._ary
@@ -223,12 +208,10 @@ def _numpy_of(array) -> np.ndarray:
 
 
 def device_address(array) -> int:
-    """Address of the first element (the simulator's device memory is host memory)."""
     return int(_numpy_of(array).ctypes.data)
 
 
 def _extent(a: np.ndarray) -> tuple[int, int]:
-    """[lo, hi) byte addresses the array's elements occupy."""
     lo = hi = a.ctypes.data
     for n, s in zip(a.shape, a.strides, strict=True):
         if n > 1:
@@ -252,7 +235,6 @@ def checked_address(what: str, array, index, nbytes: int = 16) -> int:
 
 
 def load16(array, index):
-    """(u32, u32, u32, u32): the 16 bytes starting at element `index` of `array`."""
     words = np.frombuffer(ctypes.string_at(checked_address("load16", array, index), 16), np.uint32)
     return tuple(np.uint32(w) for w in words)
 
@@ -267,7 +249,6 @@ def fast_exp2(x):
 
 
 def half2_to_float2(word):
-    """(lo, hi) float32 from the two float16 packed in a u32 (lo = lower address)."""
     lo, hi = np.array([word], np.uint32).view(np.float16).astype(np.float32)
     return lo, hi
 

@@ -1,12 +1,6 @@
-"""How `python -m cuda_kernels.report` prints its rows: a fixed-width table, or Markdown.
-
-    table(rows)              every row, one line each (the default output)
-    markdown(rows, as_of)    the README's "Kernels without a GPU" table (decode and prefill
-                             rows, their loop counts and the H200 model of `roofline.py`);
-                             a test holds the README's header to MARKDOWN_HEADS, so after a
-                             kernel change: python -m cuda_kernels.report --markdown --arch sm_90
-    ladder_table(rows)       `report --ladder`: one row per rung and arch (`report.ladder_rows`)
-A missing figure prints as "-", never as a made-up number.
+"""How `python -m cuda_kernels.report` prints its rows: a fixed-width table (`table`), the
+README's decode/prefill table (`markdown`, header held to MARKDOWN_HEADS by a test) or the
+ladder's (`ladder_table`). A missing figure prints as "-", never as a made-up number.
 """
 
 from __future__ import annotations
@@ -92,8 +86,7 @@ LADDER = (
 
 
 def ladder_table(rows: list[dict]) -> str:
-    """Markdown: one line per rung and arch, `leaner` = rung 1's sass_per_kv_byte over the
-    row's (same arch)."""
+    """One Markdown line per rung and arch; leaner = rung 1's sass_per_kv_byte / the row's."""
     first = {r["arch"]: r["sass_per_kv_byte"] for r in rows if r["kernel"].startswith("rung1.")}
     lines = [markdown_row(h for _, h, _ in LADDER), markdown_row("---" for _ in LADDER)]
     for r in rows:
@@ -108,14 +101,12 @@ README_END = "<!-- end of the ladder table -->"
 
 
 def readme_block(rows: list[dict]) -> str:
-    """The README's ladder table: the sm_90 rows, between the two markers."""
     return "\n".join(
         [README_BEGIN, ladder_table([r for r in rows if r["arch"] == "sm_90"]), README_END]
     )
 
 
 def replace_block(text: str, block: str) -> str:
-    """`text` with its ladder table (README_BEGIN .. README_END) replaced by `block`."""
     start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
     return text[:start] + block + text[end:]
 
@@ -125,8 +116,7 @@ def markdown_row(cells) -> str:
 
 
 def markdown(rows: list[dict], as_of: str | None = None) -> str:
-    """The README's table of the decode and prefill rows, preceded by one line saying
-    which commit it was compiled from."""
+    """The README's table of the decode and prefill rows, after a line naming the commit."""
     lines = [
         f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
         f"no GPU; bound and % from cuda_kernels/tools/roofline.py):",
@@ -142,8 +132,7 @@ def markdown(rows: list[dict], as_of: str | None = None) -> str:
 
 
 def table_heads(text: str) -> list[tuple[str, ...]]:
-    """The header cells of every Markdown table in `text` (a header is the line above
-    a |---| separator)."""
+    """The header cells of every Markdown table in `text` (the lines above |---|)."""
 
     def cells(line: str) -> tuple[str, ...]:
         return tuple(c.strip() for c in line.strip().strip("|").split("|"))

@@ -17,23 +17,16 @@ runs the same loop, so the demands compare per trip, in seconds of GPU-wide capa
     flops_per_hbm_byte = loop_flops / hbm_bytes   (the arithmetic intensity used; the
                          ridge point is TENSOR_FLOPS_S / HBM_BYTES_S = 230 FLOP/B)
 
-`peak` names the kernel's own roof (HBM for a kernel that moves more than it computes,
-the tensor cores otherwise); an issue- or L2-bound kernel falls short of it by the ratio.
-These are upper bounds: latency, occupancy, bank conflicts, tails, MUFU and LDS pipes come
-on top. t_l2 never exceeds t_memory when reuse is 1 (L2 is faster than HBM), so a decode
-kernel keeps the pure HBM model.
+`peak` is the kernel's own roof (HBM, or the tensor cores for a kernel that computes more
+than it moves). These are upper bounds: latency, occupancy, bank conflicts, tails, MUFU
+and LDS pipes come on top.
 
-`reuse` is how many CTAs read each K/V byte, so HBM sees each byte once and L2 serves the
-rest. Decode: 1 (one CTA per (sequence, KV head, partition), the GQA group inside it).
-Prefill: every query tile of a sequence re-reads the same K/V tiles; `prefill_reuse`
-counts them for a shape, causal masking included (a query tile reads only the K/V tiles up
-to its last token). The report uses the issue's headline shape, `HEADLINE` (8 prompts x
-1,024 new tokens behind a 1,024-token cached prefix, 8 KV heads, D=128), with the row's
-own G and tiles. The L2 credit is given only when the K/V of the (sequence, KV head) pairs
-that the resident CTAs work on at once fits in L2 (`l2_footprint`): CTAs are launched
-query tile first, so the resident ones share a few pairs' K/V. A prefill kernel whose
-K/V loop only loads (the CUDA-core `prefill.py`: its math runs in separate loops over the
-shared tile) gets no bound rather than a wrong one.
+`reuse` is how many CTAs read each K/V byte (HBM sees it once, L2 serves the rest).
+Decode: 1. Prefill: every query tile re-reads its sequence's K/V tiles (`prefill_reuse`,
+causal included), at the issue's `HEADLINE` shape with the row's own G and tiles,
+credited only when the resident CTAs' K/V fits in L2 (`l2_footprint`). A prefill kernel
+whose K/V loop only loads (`prefill.py`: its math runs in other loops) gets no bound
+rather than a wrong one.
 
 H200 (SXM) constants:
     ISSUE_S         132 SMs x 4 schedulers x 1.98 GHz = 1.045e12 warp instructions/s
@@ -66,9 +59,8 @@ _ORDER = ("tensor", "issue", "l2", "memory")  # ties go to the first
 def prefill_reuse(
     new_tokens: int, cached_prefix: int, q_tile: int, kv_tile: int, causal: bool = True
 ) -> float:
-    """Mean number of CTAs that read each K/V tile of one (sequence, KV head): K/V tiles
-    read by all query tiles / distinct K/V tiles. Query tile i holds new tokens
-    [i q_tile, (i + 1) q_tile); causal, it reads the tiles up to its last token."""
+    """Mean number of query tiles (CTAs) that read each K/V tile of one (sequence, KV
+    head); causal, a query tile reads the tiles up to its last token."""
     _positive(new_tokens=new_tokens, q_tile=q_tile, kv_tile=kv_tile)
     if cached_prefix < 0:
         raise ValueError(f"cached_prefix must be >= 0, got {cached_prefix}")
@@ -114,8 +106,7 @@ def headline_reuse(
     shape: dict | None = None,
 ) -> dict:
     """{'reuse', 'l2_footprint_bytes', 'reuse_case'} of a prefill kernel at `shape`
-    (default HEADLINE; its heads are kv_heads x group). reuse falls back to 1 (and
-    reuse_case says why) when the resident CTAs' K/V would not fit in L2."""
+    (default HEADLINE); reuse 1 when the resident CTAs' K/V would not fit in L2."""
     s = dict(HEADLINE, **(shape or {}))
     reuse = prefill_reuse(s["new_tokens"], s["cached_prefix"], q_tile, kv_tile)
     foot = l2_footprint(
@@ -143,10 +134,8 @@ NO_REUSE = "the K/V reuse of this kernel is not known (no QT / T constants): no 
 
 
 def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> dict:
-    """The full model for a report row carrying the steady-loop figures (module
-    docstring); None values when it has no K/V loop, and also (with `bound_note`
-    saying why) when `expects_flops` (a prefill kernel) but the K/V loop has none, or
-    when reuse is None (not known)."""
+    """The module docstring's model of a report row; None values without a K/V loop, or
+    (with `bound_note`) when reuse is None or `expects_flops` finds no math in the loop."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
     keys = (
         "bound peak expected_pct_of_peak expected_pct_of_tensor_peak issue_budget_pct reuse "

@@ -126,5 +126,5 @@ def test_the_ring_is_planned_exactly_where_whole_vectors_fit_the_budget(
     else:
         assert g["ring_bytes"] == 0 and g["tpr"] == (1 if g["vpl"] > 1 else 2)
     merge = 4 * g["rows"] * g["hpc"] * g["nvec"] * g["vec"]
-    assert g["shared"] == max(g["ring_bytes"], merge) + 4 * g["hpc"] * (2 * g["rows"] + 1)
+    assert g["shared"] == max(g["ring_bytes"], merge) + 4 * g["hpc"] * 2 * g["rows"]
     assert not decode_geometry.geometry(head_dim, group, dtype, warps, staged=False)["staged"]

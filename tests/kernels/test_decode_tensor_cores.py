@@ -165,7 +165,7 @@ def test_auto_takes_the_tensor_cores_from_a_group_of_four_when_the_shape_allows(
 @pytest.mark.parametrize(
     "dtype,head_dim,message",
     [
-        (np.float32, 16, "needs float16 K/V"),
+        (np.float32, 16, "needs a float16 cache"),
         (np.float16, 24, "multiple of 16"),
         (np.float16, 272, "multiple of 16 in \\[16, 256\\]"),
     ],

@@ -11,7 +11,7 @@ import pytest
 from ptx_rows import uses
 
 from cuda_kernels.ladder import RUNGS
-from cuda_kernels.report import find_ptxas
+from cuda_kernels.report import find_tool
 from cuda_kernels.tools import report_format
 
 README = Path(__file__).resolve().parents[2] / "cuda_kernels" / "README.md"
@@ -19,7 +19,7 @@ README = Path(__file__).resolve().parents[2] / "cuda_kernels" / "README.md"
 pytestmark = [pytest.mark.ptx, pytest.mark.slow]
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
+@pytest.mark.skipif(find_tool("ptxas") is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
 @uses("ladder")
 def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_per_byte(
     request, tmp_path_factory

@@ -7,9 +7,9 @@ import pytest
 from ptx_rows import uses
 
 from cuda_kernels import report
-from cuda_kernels.attention import shared_bytes
+from cuda_kernels.fast.decode_geometry import geometry
 from cuda_kernels.report import (
-    find_ptxas,
+    find_tool,
     head_dim_specs,
     kernel_specs,
     ladder_specs,
@@ -170,7 +170,7 @@ SASS_FIGURES = {
 }
 
 
-@pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
+@pytest.mark.skipif(find_tool("ptxas") is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
 @uses("kernels")
 def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(request, tmp_path_factory):
     run = ptx_rows.report(request, tmp_path_factory)
@@ -206,7 +206,7 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(request, tmp_p
     assert all(0 < r["shared_bytes"] <= 48 * 1024 for r in decode)  # static shared limit
     g8 = next(r for r in decode if r["kernel"] == "paged_decode[float16,G=8,D=128]")
     # the launcher's estimate is exact
-    assert g8["shared_bytes"] == shared_bytes(128, 8, np.float16, 4)
+    assert g8["shared_bytes"] == geometry(128, 8, np.float16, 4)["shared"]
     # every row carries the PTX/SASS figures, and every kernel's PTX was written for checking
     assert all(r["global_load_bits"] >= 8 and r["ctas_per_sm"] >= 1 for r in rows)
     assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)

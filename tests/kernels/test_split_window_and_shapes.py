@@ -230,7 +230,7 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
 def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
     head_dim, group, fp16, warps
 ):
-    from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
+    from cuda_kernels.attention import SHARED_LIMIT
     from cuda_kernels.fast.decode_geometry import ACC_BUDGET, geometry
 
     dtype = np.float16 if fp16 else np.float32
@@ -240,7 +240,7 @@ def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
     assert g["rows"] * g["lpr"] == 32 * warps
     assert g["hpc"] * g["chunks"] >= group > g["hpc"] * (g["chunks"] - 1)  # balanced chunks
     assert g["hpc"] * g["vpl"] * g["vec"] <= max(ACC_BUDGET, g["vpl"] * g["vec"])
-    assert shared_bytes(head_dim, group, dtype, warps) <= SHARED_LIMIT
+    assert g["shared"] <= SHARED_LIMIT
 
 
 def test_a_cache_off_a_16_byte_boundary_falls_back_to_scalar_loads_and_stays_right():

@@ -49,7 +49,7 @@ with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"probe_{arch}.ptx"
         path.write_text(ptx)
         cubin = path.with_suffix(".cubin")
-        done = subprocess.run([report.find_ptxas(), "-v", f"-arch={arch}", str(path), "-o",
+        done = subprocess.run([report.find_tool("ptxas"), "-v", f"-arch={arch}", str(path), "-o",
                                str(cubin)], capture_output=True, text=True, check=True)
         sass = report.disassemble(cubin)
         ops = re.findall(r"\\b(HMMA|LDSM|LDGSTS|F2FP)(\\.[A-Z0-9_.]+)", sass)

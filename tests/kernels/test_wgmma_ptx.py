@@ -48,7 +48,7 @@ ptx, _ = compile_ptx(kernel, (t.Array(t.uint32, 2, "C"), t.Array(t.float32, 1, "
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "wgmma.ptx"
     path.write_text(ptx)
-    done = subprocess.run([report.find_ptxas(), "-v", "-arch=sm_90a", str(path), "-o",
+    done = subprocess.run([report.find_tool("ptxas"), "-v", "-arch=sm_90a", str(path), "-o",
                            str(path.with_suffix(".cubin"))], capture_output=True, text=True,
                           check=True)
     sass = report.disassemble(path.with_suffix(".cubin"))
