@@ -2,7 +2,8 @@
 
     python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
     python -m cuda_kernels.report --ladder        # the rungs of cuda_kernels.ladder
-    python -m cuda_kernels.report --ladder --readme   # rewrite cuda_kernels/README.md's table
+    python -m cuda_kernels.report --readme        # rewrite cuda_kernels/README.md's kernel table
+    python -m cuda_kernels.report --ladder --readme   # ... and its ladder table
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
@@ -365,13 +366,14 @@ _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
 
 
 def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
-    """A prefill kernel's K/V reuse at roofline.HEADLINE (G, D from the name, QT, T from the
-    closure; reuse None when not found); {} for other kernels."""
+    """A prefill kernel's K/V reuse at roofline.HEADLINE (G, D from the name, QT, T from its
+    closure or its device functions'; reuse None when not found); {} for other kernels."""
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
-    cells = (c.cell_contents for c in func.__closure__ or ())
-    consts = dict(zip(func.__code__.co_freevars, cells, strict=True))
+    consts = _closed_over(func)
+    for f in list(consts.values()):  # QT is the work map's (prefill_work.make_work's closure)
+        consts = {**_closed_over(getattr(f, "py_func", f)), **consts}
     if not {"G", "D"} <= set(fields) or not {"QT", "T"} <= set(consts):
         return {
             "reuse": None,
@@ -387,6 +389,14 @@ def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
     }
 
 
+def _closed_over(func) -> dict:
+    """The names a function closes over, with their values ({} for anything else)."""
+    code, cells = getattr(func, "__code__", None), getattr(func, "__closure__", None) or ()
+    if code is None:
+        return {}
+    return dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=True))
+
+
 def path_of(kernel: str) -> str | None:
     """The path a decode kernel serves ("tensor" / "cuda_core"), or "wgmma"."""
     if kernel.startswith("paged_decode_tc["):
@@ -394,14 +404,6 @@ def path_of(kernel: str) -> str | None:
     if kernel.startswith("paged_prefill_wgmma["):
         return "wgmma"
     return "cuda_core" if kernel.startswith("paged_decode[") else None
-
-
-def git_commit() -> str | None:
-    cmd = ["git", "-C", str(Path(__file__).resolve().parent.parent), "rev-parse", "--short", "HEAD"]
-    try:
-        return subprocess.check_output(cmd, text=True, timeout=10).strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 class _NoDevice:
@@ -550,7 +552,8 @@ FLAGS = {  # the on/off options: flag -> its help
     "kernels",
     "--compile-only": "only time each kernel's compile to PTX: JSON lines, first {planned: "
     "[names]}, then one row per kernel and arch as each is done",
-    "--readme": "with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
+    "--readme": "rewrite cuda_kernels/README.md's kernel table (with --ladder: its ladder "
+    "table) from the sm_90 rows",
 }
 
 
@@ -571,6 +574,8 @@ def main(argv=None) -> int:
     sets = [s for s in SPEC_SETS if getattr(args, s)] or ["kernels"]
     if len(sets) > 1 and not (args.json or args.compile_only):
         cli.error("several of --kernels, --ladder and --head-dims need --json or --compile-only")
+    if args.readme and sets not in (["kernels"], ["ladder"]):
+        cli.error("--readme rewrites the kernel table, or with --ladder the ladder table")
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
         root = str(Path(__file__).resolve().parent.parent)
@@ -605,11 +610,12 @@ def _print(rows: list[dict], args: argparse.Namespace, sets: list[str], began: f
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
-        print(markdown(rows, git_commit()))
-    elif sets == ["ladder"] and args.readme:
+        print(markdown(rows))
+    elif args.readme and sets in (["kernels"], ["ladder"]):
+        name = "ladder" if sets == ["ladder"] else "kernel"
         readme = Path(__file__).resolve().parent / "README.md"
-        readme.write_text(replace_block(readme.read_text(), readme_block(rows)))
-        print(f"rewrote the ladder table of {readme}")
+        readme.write_text(replace_block(readme.read_text(), name, readme_block(name, rows)))
+        print(f"rewrote the {name} table of {readme}")
     elif sets == ["ladder"]:
         print(ladder_table(rows))
     else:

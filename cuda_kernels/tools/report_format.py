@@ -96,34 +96,41 @@ def ladder_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-README_BEGIN = "<!-- ladder table: python -m cuda_kernels.report --ladder --readme -->"
-README_END = "<!-- end of the ladder table -->"
+# cuda_kernels/README.md's generated tables, each between its two marker lines: the kernels'
+# decode/prefill table (`report --readme`) and the ladder's (`report --ladder --readme`)
+BLOCKS = {
+    "kernel": (
+        "<!-- kernel table: python -m cuda_kernels.report --readme -->",
+        "<!-- end of the kernel table -->",
+    ),
+    "ladder": (
+        "<!-- ladder table: python -m cuda_kernels.report --ladder --readme -->",
+        "<!-- end of the ladder table -->",
+    ),
+}
 
 
-def readme_block(rows: list[dict]) -> str:
-    return "\n".join(
-        [README_BEGIN, ladder_table([r for r in rows if r["arch"] == "sm_90"]), README_END]
-    )
+def readme_block(name: str, rows: list[dict]) -> str:
+    """The README's `name` table ("kernel" or "ladder") of the sm_90(a) rows, with its markers."""
+    rows = [r for r in rows if r["arch"] in ("sm_90", "sm_90a")]
+    body = markdown(rows) if name == "kernel" else ladder_table(rows)
+    begin, end = BLOCKS[name]
+    return "\n".join([begin, body, end])
 
 
-def replace_block(text: str, block: str) -> str:
-    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
-    return text[:start] + block + text[end:]
+def replace_block(text: str, name: str, block: str) -> str:
+    begin, end = BLOCKS[name]
+    start, stop = text.index(begin), text.index(end) + len(end)
+    return text[:start] + block + text[stop:]
 
 
 def markdown_row(cells) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def markdown(rows: list[dict], as_of: str | None = None) -> str:
-    """The README's table of the decode and prefill rows, after a line naming the commit."""
-    lines = [
-        f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
-        f"no GPU; bound and % from cuda_kernels/tools/roofline.py):",
-        "",
-        markdown_row(MARKDOWN_HEADS),
-        markdown_row("---" for _ in MARKDOWN),
-    ]
+def markdown(rows: list[dict]) -> str:
+    """The README's table of the decode and prefill rows (static counts, no GPU)."""
+    lines = [markdown_row(MARKDOWN_HEADS), markdown_row("---" for _ in MARKDOWN)]
     for r in rows:
         if r["kernel"].startswith(MARKDOWN_KERNELS):
             r = dict(r, kernel=f"`{r['kernel']}`")

@@ -47,7 +47,7 @@ def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_pe
     assert by["rung5"]["ldg128"] > 0 and by["rung5"]["ldgsts"] == 0 == by["rung8"]["ldgsts"]
     assert by["rung9"]["ldgsts"] > 0 and by["rung9"]["hmma"] == 0
     assert by["rung10"]["hmma"] > 0 and by["rung10"]["ldgsts"] > 0
-    block = report_format.readme_block(rows)
+    block = report_format.readme_block("ladder", rows)
     assert block in README.read_text(), (
         "cuda_kernels/README.md's ladder table is stale: "
         "python -m cuda_kernels.report --ladder --readme"

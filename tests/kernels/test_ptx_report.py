@@ -1,6 +1,8 @@
 """The real-GPU gate without a GPU: every kernel compiles to PTX for sm_80 and sm_90,
 ptxas reports no register spills, and the PTX/SASS figures are read correctly."""
 
+from pathlib import Path
+
 import numpy as np
 import ptx_rows
 import pytest
@@ -16,7 +18,9 @@ from cuda_kernels.report import (
     parse_ptxas,
     targets,
 )
-from cuda_kernels.tools import disasm
+from cuda_kernels.tools import disasm, report_format
+
+README = Path(__file__).resolve().parents[2] / "cuda_kernels" / "README.md"
 
 pytestmark = pytest.mark.ptx
 
@@ -241,6 +245,13 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(request, tmp_p
     assert wg["hmma"] == 0 and wg["ldgsts"] > 0, wg
     written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
     assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]
+    # every prefill row knows its K/V reuse (QT, T from the kernel's closure or its work map's)
+    prefill = [r for r in rows if r["kernel"].startswith("paged_prefill")]
+    assert prefill and all(r["reuse"] and r["q_tile"] >= 1 for r in prefill), prefill
+    block = report_format.readme_block("kernel", rows)
+    assert block in README.read_text(), (
+        "cuda_kernels/README.md's kernel table is stale: python -m cuda_kernels.report --readme"
+    )
 
 
 LOWER_ONCE = """
