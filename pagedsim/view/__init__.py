@@ -211,9 +211,11 @@ class PageOptions:
     detail, shown on hovering its caption (e.g. `generate`'s engine notation), "timeline":
     [[seq, first scheduled, [preempted at, ...], finished or -1], ...] by step position
     (`narrate.py`), "host": each step's swapped-out sequences, [[seq, blocks], ...],
-    "kernel": `kernel_view.kernel_story(...)`}; names: a function from a snapshot's sequence
-    id to the name the page calls it (default `str`), so that the tables, hover boxes,
-    host pane and timeline say what the captions say (`generate`: `lockstep.seq_name`)."""
+    "kernel": `kernel_view.kernel_story(...)` (default: computed; False: no kernel's view),
+    "shape": the model's `kernel_view.KernelShape` for it (default: SMALL_DECODE)}; names:
+    a function from a snapshot's sequence id to the name the page calls it (default `str`),
+    so that the tables, hover boxes, host pane and timeline say what the captions say
+    (`generate`: `lockstep.seq_name`)."""
 
     lang: str = "en"
     title: str = "pagedsim"
@@ -251,19 +253,24 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:
             step["dt"] = str(detail)
-    if story.get("kernel"):  # kernel_view.kernel_story: plain numbers, made JSON-safe here
-        k = story["kernel"]
-        data["kernel"] = {
-            "part": [int(x) for x in k["part"]],
-            "slots": int(k["slots"]),
-            "shape": [int(x) for x in k["shape"]],
-            "bytesPerToken": int(k["bytes_per_token"]),
-            "maxTokens": {str(q): int(n) for q, n in k["max_tokens"].items()},
-        }
     if any(story.get("host") or ()):
         data["host"] = _host(story["host"], data)
     if story.get("timeline"):
         data["timeline"] = _timeline(story["timeline"], data, len(snaps))
+    kernel = _kernel(story, snaps, o.names or str)  # after the checks above
+    if kernel:  # kernel_view.kernel_story: plain numbers, made JSON-safe here
+        data["kernel"] = {
+            "part": [int(x) for x in kernel["part"]],
+            "slots": int(kernel["slots"]),
+            "gpu": str(kernel["gpu"]),
+            "ctas": int(kernel["ctas"]),
+            "path": str(kernel["path"]),
+            "shape": [int(x) for x in kernel["shape"]],
+            "assumed": bool(kernel["assumed"]),
+            "bytesPerToken": int(kernel["bytes_per_token"]),
+            # by sequence index (a name such as "__proto__" is never an object's key)
+            "maxTokens": [int(kernel["max_tokens"].get(q, 0)) for q in data["seqs"]],
+        }
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -281,6 +288,17 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
         ui=_ui(lang),
     )
     return data
+
+
+def _kernel(story: dict, snaps: list, names) -> dict | None:
+    """The kernel's view: story["kernel"] as given (False: none), else computed for the
+    story's model shape (story["shape"], `kernel_view.KernelShape`) or SMALL_DECODE."""
+    if "kernel" in story:
+        return story["kernel"] or None
+    from .kernel_view import KernelShape, kernel_story
+
+    shape = story.get("shape")
+    return kernel_story(snaps, KernelShape(*shape) if shape else None, names)
 
 
 def _trace_seqs(what: str, names: list[str], data: dict) -> None:
