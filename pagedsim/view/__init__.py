@@ -20,10 +20,12 @@ strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped o
 each block a link), and scrolls the panes so the change is in view (in a wide window the
 tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
 preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
-captions (`narrate.py`), its engine notation on hover, and a request timeline. A big pool
-(over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of 32 tiles out
-in lines of 32, 16, 8 or 4, whichever fits the pane (no tile off to the side), and renders
-only the table rows near the window (the DOM still holds every row and cell).
+captions (`narrate.py`), its engine notation on hover, and a request timeline. Every trace
+page has the kernel's view (`kernel_view.py`): how paged attention reads a chosen sequence's
+blocks at the step, with `cuda_kernels`' split-K plan, beside contiguous vs paged slots.
+A big pool (over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of
+32 tiles out in lines of 32, 16, 8 or 4, whichever fits the pane (no tile off to the side),
+and renders only the table rows near the window (the DOM still holds every row and cell).
 
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
 (Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
@@ -57,6 +59,13 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #headline    presentation mode's caption (two lines at most; its title the full one)
     #legend      what each look means; #host the host's blocks ([data-host-seq]) under swap
     #timeline    `generate`'s request timeline, a row per sequence ([data-request])
+    #kernel      the kernel's view of the chosen sequence (data-seq; a click on a table's
+                 .seq chooses): .kcell per logical block (data-logical, data-phys, data-order
+                 (read order, "" when not read), data-partition, data-tokens "lo-hi",
+                 data-bytes), .kplan [data-partition] (data-tokens, data-blocks), and
+                 [data-layout="contiguous"] (data-reserved/used/wasted) beside
+                 [data-layout="paged"] (data-blocks/slots/stored/unfilled); none on a page
+                 whose trace holds no sequence, hidden in presentation mode until K
     body         data-step-index="<i>" (0-based position in the trace) and
                  data-steps="<count>"; class "projector" in presentation mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
