@@ -685,6 +685,18 @@
   let kernelSeq = null, kernelKey = null, kernelStamp = 0;
   const kernelMark = D.kernel ? new Int32Array(NB) : null;
   if (D.kernel && !BIG) poolPane.append(kernelEl); // a small pool leaves room under its free list
+  // A big page builds the panel only while it is on screen (it sits under the tables), so a
+  // jump elsewhere on the page creates none of its elements; it is drawn when scrolled to.
+  let kernelOnScreen = true;
+  if (D.kernel && BIG && "IntersectionObserver" in window) {
+    const heading = () => [el("h2", {}, "kernel's view: paged attention, one decode step")];
+    kernelOnScreen = false; kernelEl.hidden = false; kernelEl.append(...heading());
+    new IntersectionObserver((seen) => {
+      kernelOnScreen = seen[seen.length - 1].isIntersecting;
+      if (kernelOnScreen && state) drawKernel();
+      else if (!kernelOnScreen) { kernelKey = null; kernelEl.replaceChildren(...heading()); } // nothing to lay out
+    }).observe(kernelEl);
+  }
   function line(parent, text, cls) { const p = el("p", cls ? { class: cls } : {}, text); parent.append(p); return p; }
   function kernelTotals(s) { // the live sequences, contiguous (each at its longest) vs paged
     const K = D.kernel, tot = { reserved: 0, used: 0, held: 0, stored: 0 };
@@ -708,6 +720,7 @@
   function drawKernel() {
     if (!D.kernel) return;
     const K = D.kernel, s = state, part = K.part[cur] || 0;
+    if (!kernelOnScreen) return;
     if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
     const t = kernelSeq === null ? null : s.tables.get(kernelSeq), tot = kernelTotals(s);
     const key = [kernelSeq, part, t ? t.n + ":" + t.blocks.join(",") : "", tot.reserved, tot.used, tot.held, tot.stored, s.order.join(",")].join("|");

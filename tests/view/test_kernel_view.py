@@ -57,7 +57,15 @@ def check_step(page, snaps, i: int, per_token: int) -> int:
     most = 0
     held = {b for s in snap.sequences for b in s.blocks if b >= 0}
     for seq in snap.sequences:
-        page.click(f'#tables [data-seq="{seq.seq_id}"] .seq')
+        # a click on the name (a big page's far rows are not rendered: the event is sent)
+        page.eval_on_selector(f'#tables [data-seq="{seq.seq_id}"] .seq', "e => e.click()")
+        # a big page (over 256 blocks) draws the panel only while it is on screen
+        page.evaluate("document.querySelector('#kernel').scrollIntoView()")
+        page.wait_for_function(
+            "q => document.querySelector('#kernel').dataset.seq === q"
+            " && document.querySelector('#kernel .kgrid') !== null",
+            arg=str(seq.seq_id),
+        )
         got = page.evaluate(READ_BACK)
         n, blocks = seq.num_tokens, list(seq.blocks)
         assert got["seq"] == str(seq.seq_id) and not got["hidden"]
