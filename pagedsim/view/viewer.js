@@ -677,12 +677,13 @@
   }
 
   // ---- the kernel's view (D.kernel): how paged attention reads the chosen sequence's blocks --
-  // Click a sequence's name in the tables to choose it (kept across steps while it lives).
+  // It shows the sequence the step wrote (else the first) until a sequence's name in the
+  // tables is clicked; that choice is kept across steps while the sequence lives.
   // The partition size is cuda_kernels' choose_partition's, at build time; the ranges, bytes
   // and waste follow from the state. Drawn only when what it shows changes (a big page's
   // step change rebuilds nothing here unless the chosen table or the totals moved).
   // Presentation mode hides it; K shows it there (over the pool) and hides it again.
-  let kernelSeq = null, kernelKey = null, kernelStamp = 0;
+  let kernelSeq = null, kernelPicked = false, kernelKey = null, kernelStamp = 0;
   const kernelMark = D.kernel ? new Int32Array(NB) : null;
   if (D.kernel && !BIG) poolPane.append(kernelEl); // a small pool leaves room under its free list
   // A big page builds the panel only while it is on screen (it sits under the tables), so a
@@ -721,6 +722,10 @@
     if (!D.kernel) return;
     const K = D.kernel, s = state, part = K.part[cur] || 0;
     if (!kernelOnScreen) return;
+    if (!kernelPicked) { // until a name is clicked, the sequence whose table this step wrote
+      const moved = (STEPS[cur].t || []).map((x) => x[0]).filter((q) => s.tables.has(q));
+      if (moved.length) kernelSeq = moved[0];
+    }
     if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
     const t = kernelSeq === null ? null : s.tables.get(kernelSeq), tot = kernelTotals(s);
     const key = [kernelSeq, part, t ? t.n + ":" + t.blocks.join(",") : "", tot.reserved, tot.used, tot.held, tot.stored, s.order.join(",")].join("|");
@@ -826,7 +831,7 @@
     const row = D.kernel && ev.target.closest && ev.target.closest("#tables [data-seq] .seq");
     if (!row) return;
     const q = D.seqs.indexOf(row.parentNode.getAttribute("data-seq"));
-    if (q >= 0) { kernelSeq = q; drawKernel(); }
+    if (q >= 0) { kernelSeq = q; kernelPicked = true; drawKernel(); }
   });
   document.addEventListener("keydown", (ev) => {
     if (D.kernel && (ev.key === "k" || ev.key === "K") && !ev.ctrlKey && !ev.metaKey && !ev.altKey) body.classList.toggle("kshow");

@@ -186,6 +186,8 @@ def test_the_choice_is_kept_across_steps_and_presentation_mode_hides_it_behind_k
     page = tour_app.tour_page("en")
     loaded = load(open_page, to_html(**page))
     p = loaded.page
+    p.evaluate("window.pagedsimViewer.go(7)")  # B2 appends: the panel follows it
+    assert p.get_attribute("#kernel", "data-seq") == "B2"
     p.evaluate("window.pagedsimViewer.go(6)")
     p.click('#tables [data-seq="B"] .seq')
     p.keyboard.press("ArrowRight")
