@@ -20,10 +20,12 @@ strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped o
 each block a link), and scrolls the panes so the change is in view (in a wide window the
 tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
 preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
-captions (`narrate.py`), its engine notation on hover, and a request timeline. A big pool
-(over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of 32 tiles out
-in lines of 32, 16, 8 or 4, whichever fits the pane (no tile off to the side), and renders
-only the table rows near the window (the DOM still holds every row and cell).
+captions (`narrate.py`), its engine notation on hover, and a request timeline. Every trace
+page has the kernel's view (`kernel_view.py`): how paged attention reads a chosen sequence's
+blocks at the step, with `cuda_kernels`' split-K plan, beside contiguous vs paged slots.
+A big pool (over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of
+32 tiles out in lines of 32, 16, 8 or 4, whichever fits the pane (no tile off to the side),
+and renders only the table rows near the window (the DOM still holds every row and cell).
 
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
 (Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
@@ -57,6 +59,13 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #headline    presentation mode's caption (two lines at most; its title the full one)
     #legend      what each look means; #host the host's blocks ([data-host-seq]) under swap
     #timeline    `generate`'s request timeline, a row per sequence ([data-request])
+    #kernel      the kernel's view of the chosen sequence (data-seq; a click on a table's
+                 .seq chooses): .kcell per logical block (data-logical, data-phys, data-order
+                 (read order, "" when not read), data-partition, data-tokens "lo-hi",
+                 data-bytes), .kplan [data-partition] (data-tokens, data-blocks), and
+                 [data-layout="contiguous"] (data-reserved/used/wasted) beside
+                 [data-layout="paged"] (data-blocks/slots/stored/unfilled); none on a page
+                 whose trace holds no sequence, hidden in presentation mode until K
     body         data-step-index="<i>" (0-based position in the trace) and
                  data-steps="<count>"; class "projector" in presentation mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
@@ -212,9 +221,11 @@ class PageOptions:
     detail, shown on hovering its caption (e.g. `generate`'s engine notation), "timeline":
     [[seq, first scheduled, [preempted at, ...], finished or -1], ...] by step position
     (`narrate.py`), "host": each step's swapped-out sequences, [[seq, blocks], ...],
-    "kernel": `kernel_view.kernel_story(...)`}; names: a function from a snapshot's sequence
-    id to the name the page calls it (default `str`), so that the tables, hover boxes,
-    host pane and timeline say what the captions say (`generate`: `lockstep.seq_name`)."""
+    "kernel": `kernel_view.kernel_story(...)` (default: computed; False: no kernel's view),
+    "shape": the model's `kernel_view.KernelShape` for it (default: SMALL_DECODE)}; names:
+    a function from a snapshot's sequence id to the name the page calls it (default `str`),
+    so that the tables, hover boxes, host pane and timeline say what the captions say
+    (`generate`: `lockstep.seq_name`)."""
 
     lang: str = "en"
     title: str = "pagedsim"
@@ -252,19 +263,24 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:
             step["dt"] = str(detail)
-    if story.get("kernel"):  # kernel_view.kernel_story: plain numbers, made JSON-safe here
-        k = story["kernel"]
-        data["kernel"] = {
-            "part": [int(x) for x in k["part"]],
-            "slots": int(k["slots"]),
-            "shape": [int(x) for x in k["shape"]],
-            "bytesPerToken": int(k["bytes_per_token"]),
-            "maxTokens": {str(q): int(n) for q, n in k["max_tokens"].items()},
-        }
     if any(story.get("host") or ()):
         data["host"] = _host(story["host"], data)
     if story.get("timeline"):
         data["timeline"] = _timeline(story["timeline"], data, len(snaps))
+    kernel = _kernel(story, snaps, o.names or str)  # after the checks above
+    if kernel:  # kernel_view.kernel_story: plain numbers, made JSON-safe here
+        data["kernel"] = {
+            "part": [int(x) for x in kernel["part"]],
+            "slots": int(kernel["slots"]),
+            "gpu": str(kernel["gpu"]),
+            "ctas": int(kernel["ctas"]),
+            "path": str(kernel["path"]),
+            "shape": [int(x) for x in kernel["shape"]],
+            "assumed": bool(kernel["assumed"]),
+            "bytesPerToken": int(kernel["bytes_per_token"]),
+            # by sequence index (a name such as "__proto__" is never an object's key)
+            "maxTokens": [int(kernel["max_tokens"].get(q, 0)) for q in data["seqs"]],
+        }
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -282,6 +298,17 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
         ui=_ui(lang),
     )
     return data
+
+
+def _kernel(story: dict, snaps: list, names) -> dict | None:
+    """The kernel's view: story["kernel"] as given (False: none), else computed for the
+    story's model shape (story["shape"], `kernel_view.KernelShape`) or SMALL_DECODE."""
+    if "kernel" in story:
+        return story["kernel"] or None
+    from .kernel_view import KernelShape, kernel_story
+
+    shape = story.get("shape")
+    return kernel_story(snaps, KernelShape(*shape) if shape else None, names)
 
 
 def _trace_seqs(what: str, names: list[str], data: dict) -> None:

@@ -45,9 +45,10 @@ def _parser():
     )
     p.add_argument("--every", type=int_in(1, 1 << 30), default=1, help="show every Nth event")
     p.add_argument(
-        "--kernel",
+        "--no-kernel",
         action="store_true",
-        help="add the kernel's view (cuda_kernels' split-K plan, bytes read, contiguous waste)",
+        help="leave out the kernel's view (cuda_kernels' split-K plan, bytes read, contiguous "
+        "waste), which a trace's page has by default",
     )
     live = p.add_argument_group("a live vLLM server")
     live.add_argument("--zmq", metavar="URL", help="subscribe to KV events at tcp://HOST:PORT")
@@ -99,12 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as e:
         p.error(str(e))
     page = sources.saved(data, lang, title=title)
-    if args.kernel:
-        from .kernel_view import kernel_story
-
+    if args.no_kernel:
         o = page["options"]
-        story = {**(o.story or {}), "kernel": kernel_story(page["trace_or_snapshots"])}
-        page["options"] = replace(o, story=story)
+        page["options"] = replace(o, story={**(o.story or {}), "kernel": False})
     written = write_html(args.html, **page)
     size = args.html.stat().st_size
     print(

@@ -23,6 +23,7 @@ from ..engine.lockstep import seq_name
 from ..io.trace_json import snapshot_to_dict
 from ..text.captions import caption
 from . import PageOptions
+from .kernel_view import checked_shape, shape_of
 from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free list: a LIFO stack, as in vLLM v0"
@@ -151,7 +152,9 @@ def generate(engine, steps, lang: str = "en") -> dict:
     }
     for i, kinds in told.swaps.items():  # swapped out to the host ("out") and back ("in")
         flags[i] = flags.get(i, []) + kinds
-    story = {"details": told.details, "timeline": told.timeline}
+    # the kernel's view: one layer of the served model, K/V float32 as the engine keeps them
+    shape = list(shape_of(engine.model.config, dtype_bytes=4))
+    story = {"details": told.details, "timeline": told.timeline, "shape": shape}
     if any(told.host):
         story["host"] = told.host
     options = PageOptions(
@@ -213,11 +216,12 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
 
 def _story(story, steps: int) -> dict:
     """view.story, checked: {"details": [text per step], "timeline": [[seq, first, [steps],
-    last], ...]} with every step position inside the trace."""
+    last], ...], "host": ..., "shape": `kernel_view.KernelShape`'s five numbers} with every
+    step position inside the trace."""
     bad = ValueError(
         'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
     )
-    if not isinstance(story, dict) or set(story) - {"details", "timeline", "host"}:
+    if not isinstance(story, dict) or set(story) - {"details", "timeline", "host", "shape"}:
         raise bad
     details, rows = story.get("details", []), story.get("timeline", [])
     if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
@@ -240,7 +244,10 @@ def _story(story, steps: int) -> dict:
         for row in host
     ):
         raise bad
-    return {"details": details[:steps], "timeline": rows, "host": host[:steps]}
+    out = {"details": details[:steps], "timeline": rows, "host": host[:steps]}
+    if "shape" in story:  # the served model's attention shape, for the kernel's view
+        out["shape"] = list(checked_shape(story["shape"]))
+    return out
 
 
 def _whole(x) -> bool:

@@ -677,56 +677,164 @@
   }
 
   // ---- the kernel's view (D.kernel): how paged attention reads the chosen sequence's blocks --
-  // Click a sequence's name in the tables to choose it. Partition size from cuda_kernels'
-  // choose_partition at build time; the ranges, bytes and waste follow from the state.
-  let kernelSeq = null;
-  function line(parent, text) { parent.append(el("p", {}, text)); }
+  // It shows the sequence the step wrote (else the first) until a sequence's name in the
+  // tables is clicked; that choice is kept across steps while the sequence lives.
+  // The partition size is cuda_kernels' choose_partition's, at build time; the ranges, bytes
+  // and waste follow from the state. Drawn only when what it shows changes (a big page's
+  // step change rebuilds nothing here unless the chosen table or the totals moved).
+  // Presentation mode hides it; K shows it there (over the pool) and hides it again.
+  let kernelSeq = null, kernelPicked = false, kernelKey = null, kernelStamp = 0;
+  const kernelMark = D.kernel ? new Int32Array(NB) : null;
+  if (D.kernel && !BIG) poolPane.append(kernelEl); // a small pool leaves room under its free list
+  // A big page builds the panel only while it is on screen (it sits under the tables), so a
+  // jump elsewhere on the page creates none of its elements; it is drawn when scrolled to.
+  let kernelOnScreen = true;
+  if (D.kernel && BIG && "IntersectionObserver" in window) {
+    const heading = () => [el("h2", {}, "kernel's view: paged attention, one decode step")];
+    kernelOnScreen = false; kernelEl.hidden = false; kernelEl.append(...heading());
+    new IntersectionObserver((seen) => {
+      kernelOnScreen = seen[seen.length - 1].isIntersecting;
+      if (kernelOnScreen && state) drawKernel();
+      else if (!kernelOnScreen) { kernelKey = null; kernelEl.replaceChildren(...heading()); } // nothing to lay out
+    }).observe(kernelEl);
+  }
+  function line(parent, text, cls) { const p = el("p", cls ? { class: cls } : {}, text); parent.append(p); return p; }
+  function kernelTotals(s) { // the live sequences, contiguous (each at its longest) vs paged
+    const K = D.kernel, tot = { reserved: 0, used: 0, held: 0, stored: 0 };
+    kernelStamp++;
+    for (const q of s.order) {
+      const t = s.tables.get(q);
+      tot.reserved += K.maxTokens[q] || 0; tot.used += t.n;
+      for (const b of t.blocks) {
+        if (b < 0 || kernelMark[b] === kernelStamp) continue; // a shared block is held once
+        kernelMark[b] = kernelStamp; tot.held++; tot.stored += s.fill[b];
+      }
+    }
+    return tot;
+  }
+  function kernelShape(K) {
+    const [kv, hd, db, heads, layers] = K.shape;
+    return heads + " query head(s), " + kv + " KV head(s), head_dim " + hd + ", " + (db === 2 ? "float16" : "float32") +
+      " K/V" + (K.assumed ? " \u2014 an assumed small model (SMALL_DECODE): the trace names no model" :
+        " \u2014 the served model's shape, one of its " + layers + " layers (each reads the same blocks)");
+  }
   function drawKernel() {
     if (!D.kernel) return;
     const K = D.kernel, s = state, part = K.part[cur] || 0;
-    kernelEl.hidden = false; kernelEl.textContent = "";
-    kernelEl.append(el("h2", {}, "kernel's view (paged attention, decode)"));
+    if (!kernelOnScreen) return;
+    if (!kernelPicked) { // until a name is clicked, the sequence whose table this step wrote
+      const moved = (STEPS[cur].t || []).map((x) => x[0]).filter((q) => s.tables.has(q));
+      if (moved.length) kernelSeq = moved[0];
+    }
     if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
-    if (kernelSeq === null) { line(kernelEl, UI["(no sequences)"]); return; }
-    const t = s.tables.get(kernelSeq), name = plain(D.seqs[kernelSeq]), n = t.n;
-    const read = t.blocks.filter((b) => b >= 0);
+    const t = kernelSeq === null ? null : s.tables.get(kernelSeq), tot = kernelTotals(s);
+    const key = [kernelSeq, part, t ? t.n + ":" + t.blocks.join(",") : "", tot.reserved, tot.used, tot.held, tot.stored, s.order.join(",")].join("|");
+    if (key === kernelKey) return;
+    kernelKey = key;
+    kernelEl.hidden = false; kernelEl.textContent = "";
+    kernelEl.append(el("h2", {}, "kernel's view: paged attention, one decode step"));
+    line(kernelEl, kernelShape(K), "kshape");
+    if (t === null) { kernelEl.removeAttribute("data-seq"); line(kernelEl, UI["(no sequences)"]); return; }
     kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
-    line(kernelEl, "query of " + name + " (token " + (n - 1) + ") \u2192 block table [" +
-      t.blocks.map((b, j) => j + "\u2192" + b).join(", ") + "] \u2192 reads blocks " + read.join(", ") + ", in this order");
+    kernelEl.setAttribute("data-part", String(part));
+    const grid = el("div", { class: "kgrid" });
+    grid.append(kernelRead(K, t, part), kernelMemory(K, s, tot));
+    kernelEl.append(grid);
+  }
+  // the query -> its table row -> the blocks in read order, each cell in its partition's colour
+  function kernelRead(K, t, part) {
+    const n = t.n, name = plain(D.seqs[kernelSeq]), full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
+    const read = t.blocks.filter((b) => b >= 0);
+    const parts = part > 0 ? Math.ceil(n / part) : 1;
+    line(box, "the query of " + name + " (token " + (n - 1) + ") \u2192 its block table row \u2192 blocks " + read.join(", ") +
+      ", read in this order" + (parts > 1 ? ", " + parts + " partitions side by side" : " in one pass"), "kquery");
+    const row = el("div", { class: "krow" });
+    row.append(el("span", { class: "kq", title: "the query: token " + (n - 1) + " of " + name }, "q"));
+    let order = 0;
+    t.blocks.forEach((b, j) => {
+      const lo = j * BS, hi = Math.min(n, lo + BS) - 1, p = part > 0 ? Math.floor(lo / part) : 0;
+      const tokens = Math.max(0, hi - lo + 1), bytes = b >= 0 ? tokens * K.bytesPerToken : 0;
+      const cell = el("span", {
+        class: "kcell kp" + (p % 6) + (b < 0 ? " kdrop" : ""), "data-logical": String(j), "data-phys": String(b),
+        "data-order": b >= 0 ? String(order) : "", "data-partition": String(p), "data-tokens": lo + "-" + hi,
+        "data-bytes": String(bytes),
+        title: "logical block " + j + " \u2192 physical block " + (b >= 0 ? b : "none (outside the window: not read)") +
+          "; tokens " + lo + "\u2013" + hi + "; partition " + p + (b >= 0 ? "; read #" + (order + 1) + "; " + bytes + " of " + full + " bytes" : ""),
+      });
+      cell.append(el("span", { class: "klog" }, "L" + j), el("span", { class: "kphys" }, b >= 0 ? String(b) : "\u2013"),
+        el("span", { class: "kord" }, b >= 0 ? "#" + (order + 1) : ""));
+      const bar = el("span", { class: "kfill" }), ink = el("i");
+      ink.style.width = (100 * tokens / BS).toFixed(1) + "%";
+      bar.append(ink);
+      if (b >= 0 && tokens < BS) { // where the read stops in the last, partly filled block
+        const stop = el("b", { class: "kstop", title: "the read stops at byte " + bytes + " of " + full });
+        stop.style.left = ink.style.width; bar.append(stop);
+      }
+      cell.append(bar, el("span", { class: "kbytes" }, b >= 0 ? bytes + " B" : ""));
+      row.append(el("span", { class: "karrow" }, "\u2192"), cell);
+      if (b >= 0) order++;
+    });
+    box.append(row);
     const plan = el("ol", { class: "kplan" });
     for (let p = 0, lo = 0; lo < n; p++, lo += part) {
       const hi = Math.min(n, lo + part) - 1;
-      const blocks = t.blocks.slice(Math.floor(lo / BS), Math.floor(hi / BS) + 1);
-      plan.append(el("li", { "data-partition": String(p), "data-tokens": lo + "-" + hi },
-        "CTA " + p + " (split-K partition " + p + "): tokens " + lo + "\u2013" + hi + " \u2192 blocks " + blocks.join(", ")));
+      const blocks = t.blocks.slice(Math.floor(lo / BS), Math.floor(hi / BS) + 1).filter((b) => b >= 0);
+      plan.append(el("li", { class: "kp" + (p % 6), "data-partition": String(p), "data-tokens": lo + "-" + hi, "data-blocks": blocks.join(",") },
+        "partition " + p + " (" + K.ctas + " CTA" + (K.ctas > 1 ? "s: one per KV head and head chunk" : "") +
+        "): tokens " + lo + "\u2013" + hi + " \u2192 blocks " + blocks.join(", ")));
       if (part <= 0) break;
     }
-    line(kernelEl, "cuda_kernels.attention.choose_partition: " + part + " tokens per partition over " + K.slots +
-      " CTA slots (" + K.shape[0] + " KV head(s), head_dim " + K.shape[1] + ")");
-    kernelEl.append(plan);
-    const full = BS * K.bytesPerToken, last = n - (t.blocks.length - 1) * BS;
-    line(kernelEl, "bytes per block: " + full + " (" + BS + " tokens \u00d7 " + K.bytesPerToken +
-      " B of K and V); last block " + t.blocks[t.blocks.length - 1] + " holds " + last + " of " + BS +
-      " tokens: the read stops at byte " + last * K.bytesPerToken + " of " + full);
-    let reserved = 0, used = 0;
-    const held = new Set();
+    box.append(plan);
+    line(box, "cuda_kernels.attention.choose_partition: " + part + " tokens per partition for this step's lengths, on " +
+      K.slots + " CTA slots (" + K.gpu + "), " + K.path + " path", "kplanline");
+    const last = n - (t.blocks.length - 1) * BS, lastB = t.blocks[t.blocks.length - 1];
+    line(box, "bytes per block: " + full + " (" + BS + " tokens \u00d7 " + K.bytesPerToken + " B of K and V); last block " +
+      lastB + " holds " + last + " of " + BS + " tokens: the read stops at byte " + last * K.bytesPerToken + " of " + full, "kbyteline");
+    return box;
+  }
+  // contiguous (each live sequence reserved at its longest length) beside paged, to one scale
+  function kernelMemory(K, s, tot) {
+    const box = el("div", { class: "kmem" }), slots = tot.held * BS, scale = Math.max(1, tot.reserved, slots);
+    const pct = (x, of) => (of ? (100 * x / of).toFixed(0) : "0") + "%", w = (x) => (100 * x / scale).toFixed(2) + "%";
+    const wasted = tot.reserved - tot.used, unfilled = Math.max(0, slots - tot.stored);
+    box.append(el("h3", {}, "contiguous vs paged: the live sequences' token slots"));
+    const contig = el("div", { class: "klayout", "data-layout": "contiguous", "data-reserved": String(tot.reserved),
+      "data-used": String(tot.used), "data-wasted": String(wasted) });
+    line(contig, "contiguous, each reserved at its longest length: " + tot.reserved + " slots, " + tot.used + " used, " +
+      wasted + " wasted (" + pct(wasted, tot.reserved) + ")");
+    const cbar = el("div", { class: "kbar" });
     for (const q of s.order) {
-      reserved += K.maxTokens[D.seqs[q]] || 0; used += s.tables.get(q).n;
-      for (const b of s.tables.get(q).blocks) if (b >= 0) held.add(b);
+      const max = K.maxTokens[q] || 0, n = s.tables.get(q).n;
+      const seg = el("span", { class: "kseg", "data-kseq": D.seqs[q], title: D.seqs[q] + ": " + n + " of " + max + " reserved slots used" });
+      seg.style.width = w(max);
+      const used = el("i"); used.style.width = (max ? 100 * n / max : 0).toFixed(1) + "%";
+      used.style.background = colourOf(q);
+      seg.append(used);
+      cbar.append(seg);
     }
-    let stored = 0; // tokens in the blocks held: a shared block's tokens are stored once
-    for (const b of held) stored += s.fill[b];
-    const slack = held.size * BS - stored;
-    const pct = (x, of) => (of ? (100 * x / of).toFixed(0) : "0") + "%";
-    line(kernelEl, "contiguous (each sequence reserved at its longest length): " + reserved + " token slots reserved, " +
-      used + " used, " + (reserved - used) + " wasted (" + pct(reserved - used, reserved) + "); paged: " +
-      held.size * BS + " slots in " + held.size + " blocks hold " + stored + " tokens (a shared block once), " + Math.max(0, slack) + " unfilled (" + pct(Math.max(0, slack), held.size * BS) + ")");
+    contig.append(cbar);
+    const paged = el("div", { class: "klayout", "data-layout": "paged", "data-blocks": String(tot.held),
+      "data-slots": String(slots), "data-stored": String(tot.stored), "data-unfilled": String(unfilled) });
+    line(paged, "paged: " + tot.held + " blocks = " + slots + " slots hold " + tot.stored + " tokens (a shared block once), " +
+      unfilled + " unfilled (" + pct(unfilled, slots) + ")");
+    const pbar = el("div", { class: "kbar" }), pseg = el("span", { class: "kseg", title: tot.stored + " of " + slots + " slots filled" });
+    pseg.style.width = w(slots);
+    const filled = el("i"); filled.style.width = (slots ? 100 * tot.stored / slots : 0).toFixed(1) + "%";
+    pseg.append(filled); pbar.append(pseg); paged.append(pbar);
+    box.append(contig, paged);
+    const saved = tot.reserved - slots;
+    line(box, saved >= 0 ? "paging needs " + saved + " fewer slots here (" + pct(saved, tot.reserved) + " of the contiguous reservation)" :
+      "paging holds " + -saved + " more slots here: its last blocks' unfilled slots outweigh the contiguous waste", "ksaved");
+    return box;
   }
   document.addEventListener("click", (ev) => {
     const row = D.kernel && ev.target.closest && ev.target.closest("#tables [data-seq] .seq");
     if (!row) return;
     const q = D.seqs.indexOf(row.parentNode.getAttribute("data-seq"));
-    if (q >= 0) { kernelSeq = q; drawKernel(); }
+    if (q >= 0) { kernelSeq = q; kernelPicked = true; drawKernel(); }
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (D.kernel && (ev.key === "k" || ev.key === "K") && !ev.ctrlKey && !ev.metaKey && !ev.altKey) body.classList.toggle("kshow");
   });
 
   // ---- the request timeline (generate): scheduled, preempted, finished, and the step shown ----

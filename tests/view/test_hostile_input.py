@@ -74,6 +74,11 @@ def with_event(k: int, j: int, **fields) -> dict:
         (json.dumps(with_view(story={"host": [[["A", 1_000_000]]]})), "story.host"),
         (json.dumps(with_view(story={"host": [[["nobody", 1]]]})), "story.host"),
         (json.dumps(with_view(story={"host": [[["A", 1], ["A", 1]]]})), "story.host"),
+        # the kernel's view's model shape: five whole numbers, heads a multiple of kv_heads
+        (json.dumps(with_view(story={"shape": [1, 64, 2, 1]})), "view.story.shape"),
+        (json.dumps(with_view(story={"shape": [True, 64, 2, 1, 1]})), "view.story.shape"),
+        (json.dumps(with_view(story={"shape": [2, 64, 2, 3, 1]})), "view.story.shape"),
+        (json.dumps(with_view(story={"shape": [1, 1 << 40, 2, 1, 1]})), "view.story.shape"),
         # json's parser recursed out: "maximum recursion depth exceeded ..." naming no file
         ('{"snapshots":' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
         # a number past 2**53 - 1 would be shown rounded by JSON.parse

@@ -145,6 +145,9 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
         tips: [...document.querySelectorAll('.tl-run, .tl-pre')].map(e => e.title),
         host: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.dataset.hostSeq),
         hostText: [...document.querySelectorAll('#host [data-host-seq]')].map(e => e.textContent),
+        kernel: document.querySelector('#kernel').dataset.seq,
+        kernelSegs: [...document.querySelectorAll('#kernel [data-kseq]')].map(e => e.dataset.kseq),
+        kernelQuery: document.querySelector('#kernel .kquery').textContent,
         scripts: document.scripts.length,
         extra: document.querySelectorAll('img, svg:not(#arrows), iframe, object').length,
     })""")
@@ -156,6 +159,10 @@ def test_any_text_in_a_trace_is_shown_as_text_and_runs_nothing(tab, tmp_path_fac
     want = [s["seq_id"] for s in data["snapshots"][3]["sequences"]]
     assert shown["seqs"] == [js(str(q)) for q in want]
     assert shown["names"] == [plain(str(q)) for q in want]
+    # the kernel's view names the sequences as text too: its chosen one and its bars
+    chosen = [q for q in want if js(str(q)) == shown["kernel"]]
+    assert len(chosen) == 1 and shown["kernelSegs"] == [js(str(q)) for q in want]
+    assert shown["kernelQuery"].startswith("the query of " + plain(str(chosen[0])) + " (token ")
     renamed = data["view"]["story"]["timeline"][0][0]
     assert shown["timeline"] == [plain(renamed)] and shown["host"] == [js(renamed)] * 2
     assert shown["tips"] == [plain(renamed) + ": running", plain(renamed) + " preempted @ 2"]
@@ -328,10 +335,6 @@ def test_sequences_named_like_javascripts_own_keys_are_ordinary(tab, tmp_path_fa
     """The page looks sequences up by index and in Maps, and the kernel's view looks up each
     one's longest length by name: "__proto__", "constructor" and "toString" are names like
     any other there (an object lookup would find Object.prototype's)."""
-    from dataclasses import replace
-
-    from pagedsim.view.kernel_view import kernel_story
-
     data = to_dict(tour_manager().trace)
     for snap in data["snapshots"]:
         for s in snap["sequences"]:
@@ -340,10 +343,11 @@ def test_sequences_named_like_javascripts_own_keys_are_ordinary(tab, tmp_path_fa
             for key in ("seq_id", "parent", "child"):
                 if key in e:
                     e[key] = JS_NAMES[e[key]]
-    made = saved(data)
-    story = {"kernel": kernel_story(made["trace_or_snapshots"])}
-    made["options"] = replace(made["options"], story=story)
-    longest = story["kernel"]["max_tokens"]
+    made = saved(data)  # the kernel's view is on by default
+    longest: dict = {}
+    for snap in data["snapshots"]:
+        for s in snap["sequences"]:
+            longest[s["seq_id"]] = max(longest.get(s["seq_id"], 0), s["num_tokens"])
     page, seen = tab
     seen.clear()
     last = len(data["snapshots"]) - 1
@@ -360,5 +364,7 @@ def test_sequences_named_like_javascripts_own_keys_are_ordinary(tab, tmp_path_fa
         reserved += longest[q]
         page.click(f'#tables [data-seq="{q}"] .seq')
         assert page.get_attribute("#kernel", "data-seq") == q
-    assert f" {reserved} token slots reserved" in page.text_content("#kernel")
+    assert page.get_attribute('#kernel [data-layout="contiguous"]', "data-reserved") == str(
+        reserved
+    )
     clean(seen)
