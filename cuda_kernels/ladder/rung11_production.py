@@ -57,9 +57,9 @@ ADDS = (
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 84, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 252, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 348, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 110, "def choose_path("),
-    ("the split plan: cost", "attention.py", 155, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 163, "def choose_partition("),
+    ("the split plan: path", "attention.py", 106, "def choose_path("),
+    ("the split plan: cost", "attention.py", 151, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 159, "def choose_partition("),
 )
 
 
