@@ -8,7 +8,9 @@
 
 The commands are `help_text()`; # starts a comment. After each command the pool is printed
 (a SCRIPT written with `--html` prints captions only); a mistake is one line and changes
-nothing. The flags pick the manager, under vLLM's engine-argument names.
+nothing. The flags pick the manager, under vLLM's engine-argument names:
+`--enable-prefix-caching` (v1), `--sliding-window N` (with `--hybrid`: two KV cache groups),
+`--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler does).
 """
 
 from __future__ import annotations

@@ -460,8 +460,9 @@ def _batch(items: list[Item], tables: list[Sequence[int]]) -> tuple[Ints, Ints, 
 def _v0_manager(
     manager: KVCacheManager | None, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool
 ) -> KVCacheManager:
-    """v0's manager: `manager` if given (a student's pool, capstone.py), checked to be empty
-    and of the configured shape, else a new one."""
+    """v0's manager: `manager` if given (a student's pool, from
+    course/ch03_kv_block/capstone.py), checked to be empty and of the configured shape, else
+    a new one."""
     if manager is None:
         cls = PrefixCachingManager if caching else KVCacheManager
         return cls(num_gpu_blocks, block_size, trace=trace)

@@ -14,8 +14,8 @@ uncached, else evicts the cached free block with the smallest key of
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-A new order is one entry in `EVICTION_KEYS`; the manager, the lab and the tests take their
-names from it.
+How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS`; the
+manager, the lab and tests/core/test_registries.py take their names from it.
 
 The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`). A hit is
 never trusted on the hash alone: the tokens are compared, and so is the parent's *content
