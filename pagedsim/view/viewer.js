@@ -743,7 +743,7 @@
   }
   // the query -> its table row -> the blocks in read order, each cell in its partition's colour
   function kernelRead(K, t, part) {
-    const n = t.n, name = plain(D.seqs[kernelSeq]), full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
+    const n = t.n, name = D.seqs[kernelSeq], full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
     const read = t.blocks.filter((b) => b >= 0);
     const parts = part > 0 ? Math.ceil(n / part) : 1;
     line(box, "the query of " + name + " (token " + (n - 1) + ") \u2192 its block table row \u2192 blocks " + read.join(", ") +
