@@ -179,14 +179,14 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     return out
 
 
-def outer_tasks(events: list, thread: tuple) -> list:
-    """The thread's outermost tasks, in time order (a task run inside another is counted in
-    it); they do not overlap."""
+def outer_tasks(events: list, thread: tuple, name: str = "RunTask") -> list:
+    """The thread's outermost tasks (or complete events `name`), in time order (one run inside
+    another of the same name is counted in it); they do not overlap."""
     nested = sorted(
         (
             e
             for e in events
-            if e.get("name") == "RunTask"
+            if e.get("name") == name
             and e.get("ph") == "X"
             and (e.get("pid"), e.get("tid")) == thread
         ),
