@@ -218,6 +218,12 @@ def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any
         raw = read_bounded(path, MAX_BYTES if max_bytes is None else max_bytes, "trace")
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    return json_of(raw, path)
+
+
+def json_of(raw: bytes, path: str | os.PathLike[str]) -> Any:
+    """The JSON document in `raw`, the bytes `read_bounded` read from `path`, or a ValueError
+    naming the file: not UTF-8, not JSON (nor NaN), too deep."""
     try:
         return json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:

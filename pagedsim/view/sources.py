@@ -280,7 +280,7 @@ def _named(d: dict, name) -> dict:
 def trace_out(page: dict) -> dict:
     """A source's page as a JSON trace for `--trace-out` (read back by `saved`). With
     `PageOptions.names` the sequences are saved under those names. "snapshots" comes first:
-    `pagedsim view` tells a trace from a KV event stream by it (`kv_stream.read_any`)."""
+    `pagedsim view` tells a trace from a KV event stream by it (`kv_stream.batches_in`)."""
     snaps, o = page["trace_or_snapshots"], page["options"]
     view: dict[str, Any] = {"title": o.title, "version": o.version}
     if o.whys:

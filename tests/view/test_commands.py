@@ -82,3 +82,23 @@ def test_a_saved_trace_with_a_bad_view_is_refused_in_one_line(tmp_path, capsys, 
     assert cli.main(["view", str(tmp_path / "t.json"), "--html", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "x.html").exists()
+
+
+def test_view_reads_a_saved_trace_once(tmp_path, capsys, monkeypatch):
+    """`view T.json` told a trace from a stream by reading the file, then read it again to
+    parse it: one read, bounded before it starts, serves both."""
+    import builtins
+
+    assert cli.main(["tour", "--json"]) == 0
+    trace = tmp_path / "tour.json"
+    trace.write_text(capsys.readouterr().out)
+    opened, real_open = [], builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file) == str(trace):
+            opened.append(args[0] if args else kwargs.get("mode", "r"))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert cli.main(["view", str(trace), "--html", str(tmp_path / "v.html")]) == 0
+    assert opened == ["rb"]
