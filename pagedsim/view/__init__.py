@@ -16,11 +16,12 @@ OutOfBlocks and preemption marked; which vLLM version (v0 or v1) the mechanism f
 
 Every step outlines what it changed (each block whose ref count, fill, cache flag, text or
 hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
-strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
-each block a link), and scrolls the panes so the change is in view (in a wide window the
-tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
-preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
-captions (`narrate.py`), its engine notation on hover, and a request timeline. Every trace
+strip (allocated, hit, shared, copied, released (naming who let go), freed, evicted,
+hashed, filled, swapped out / in; each block a link), and scrolls the panes so the change
+is in view (in a wide window the tables and the pool scroll on their own). A swap page has
+a host pane (`play` under swap preemption, `generate` when the v0 engine swaps a request
+out); a `generate` page has plain captions (`narrate.py`), its engine notation on hover,
+and a request timeline. Every trace
 page has the kernel's view (`kernel_view.py`): how paged attention reads a chosen sequence's
 blocks at the step, with `cuda_kernels`' split-K plan, beside contiguous vs paged slots.
 A big pool (over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of
@@ -143,6 +144,7 @@ UI_ZH = {
     "swapped out": "换出",
     "swapped in": "换入",
     "released": "释放一个引用",
+    "released by {who}": "由 {who} 释放一个引用",
     "freed": "释放",
     "evicted": "驱逐",
     "hashed": "已哈希",

@@ -501,11 +501,17 @@
     changes.append(el("span", { class: "lead" }, UI["changed this step"] + ":"));
     for (const [k, list] of by) {
       const g = el("span", { class: "chg k-" + k, "data-kind": KIND[k] });
-      g.append(el("b", {}, UI[KIND[k]] + (list.length > 1 ? " \u00d7" + list.length : "")));
+      g.append(el("b", {}, (k === "r" ? releasedBy(d, list) : UI[KIND[k]]) + (list.length > 1 ? " \u00d7" + list.length : "")));
       for (const b of list.slice(0, LISTED)) g.append(el("span", { class: "goto", "data-goto": String(b), tabindex: "0" }, String(b)));
       if (list.length > LISTED) g.append(el("span", { class: "more" }, "+" + (list.length - LISTED)));
       changes.append(g);
     }
+  }
+  function releasedBy(d, list) { // "released by r0.0": the owners that let go, when the data names them
+    const rb = d.rb || [], of = new Set(list), who = [];
+    for (let j = 0; j < rb.length; j += 2) if (of.has(rb[j]) && !who.includes(D.seqs[rb[j + 1]])) who.push(D.seqs[rb[j + 1]]);
+    if (!who.length) return UI.released;
+    return UI["released by {who}"].replace("{who}", () => who.slice(0, 3).join(", ") + (who.length > 3 ? " +" + (who.length - 3) : ""));
   }
   // The last changed tile and cell, then the first (the highest and lowest block ids), so
   // both are in view if they fit. A big pool scrolls in the next frame, so the layout it needs
