@@ -194,7 +194,11 @@ def read_any(path: Path, max_bytes: int) -> list[Batch] | None:
     with "snapshots" (a trace, not a stream). ValueError for anything else."""
     from .io.trace_json import read_bounded
 
-    data = read_bounded(path, max_bytes, "stream")
+    return batches_in(read_bounded(path, max_bytes, "stream"))
+
+
+def batches_in(data: bytes) -> list[Batch] | None:
+    """`read_any` on a file's bytes, already read (and bounded) by the caller."""
     if data.startswith(MAGIC):
         return batches_of_capture(data)
     head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]

@@ -110,11 +110,13 @@ def _whole(value: object, what: str, low: int = 0, high: int | None = MAX_SAFE) 
     return value
 
 
-def _blocks(values: object, what: str, num_gpu_blocks: int, *, distinct: bool = False) -> None:
+def _blocks(
+    values: object, what: str, num_gpu_blocks: int, *, distinct: bool = False, low: int = 0
+) -> None:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"{what} must be a list of block ids, got {values!r}"[:200])
     for v in values:
-        _whole(v, f"{what} entry", 0, num_gpu_blocks - 1)
+        _whole(v, f"{what} entry", low, num_gpu_blocks - 1)
     if distinct and len(set(values)) != len(values):
         raise ValueError(f"{what} names a block twice: {list(values)}"[:200])
 
@@ -150,7 +152,8 @@ def validate(d: object) -> None:
             raise ValueError(f"{where}: a sequence must be an object, got {s!r}"[:200])
         if isinstance(s.get("seq_id"), bool) or not isinstance(s.get("seq_id"), (str, int)):
             raise ValueError(f"{where}: a seq_id must be text or a whole number"[:200])
-        _blocks(s.get("blocks", ()), f"{where}: table of {s.get('seq_id')!r}", n)
+        # -1: NULL_BLOCK, a logical block a sliding window dropped (block_table.py)
+        _blocks(s.get("blocks", ()), f"{where}: table of {s.get('seq_id')!r}", n, low=-1)
         _whole(s.get("num_tokens"), f"{where}: num_tokens of {s.get('seq_id')!r}", 0)
     for pair in d.get("pending_copies", ()):
         _blocks(pair, f"{where}: pending copy", n)
@@ -218,6 +221,12 @@ def load_json(path: str | os.PathLike[str], max_bytes: int | None = None) -> Any
         raw = read_bounded(path, MAX_BYTES if max_bytes is None else max_bytes, "trace")
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    return json_of(raw, path)
+
+
+def json_of(raw: bytes, path: str | os.PathLike[str]) -> Any:
+    """The JSON document in `raw`, the bytes `read_bounded` read from `path`, or a ValueError
+    naming the file: not UTF-8, not JSON (nor NaN), too deep."""
     try:
         return json.loads(raw.decode("utf-8-sig"), parse_constant=_no_constant)
     except json.JSONDecodeError as e:

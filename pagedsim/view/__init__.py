@@ -16,11 +16,12 @@ OutOfBlocks and preemption marked; which vLLM version (v0 or v1) the mechanism f
 
 Every step outlines what it changed (each block whose ref count, fill, cache flag, text or
 hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
-strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
-each block a link), and scrolls the panes so the change is in view (in a wide window the
-tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
-preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
-captions (`narrate.py`), its engine notation on hover, and a request timeline. Every trace
+strip (allocated, hit, shared, copied, released (naming who let go), freed, evicted,
+hashed, filled, swapped out / in; each block a link), and scrolls the panes so the change
+is in view (in a wide window the tables and the pool scroll on their own). A swap page has
+a host pane (`play` under swap preemption, `generate` when the v0 engine swaps a request
+out); a `generate` page has plain captions (`narrate.py`), its engine notation on hover,
+and a request timeline. Every trace
 page has the kernel's view (`kernel_view.py`): how paged attention reads a chosen sequence's
 blocks at the step, with `cuda_kernels`' split-K plan, beside contiguous vs paged slots.
 A big pool (over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of
@@ -62,10 +63,13 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #kernel      the kernel's view of the chosen sequence (data-seq; a click on a table's
                  .seq chooses): .kcell per logical block (data-logical, data-phys, data-order
                  (read order, "" when not read), data-partition, data-tokens "lo-hi",
-                 data-bytes), .kplan [data-partition] (data-tokens, data-blocks), and
-                 [data-layout="contiguous"] (data-reserved/used/wasted) beside
-                 [data-layout="paged"] (data-blocks/slots/stored/unfilled); none on a page
-                 whose trace holds no sequence, hidden in presentation mode until K
+                 data-read "lo-hi" of what is read ("" none), data-bytes), .kplan
+                 [data-partition] (data-tokens, data-blocks), on a hybrid page .kgroups
+                 [data-group] (data-read, data-blocks: what each group of the sequence
+                 reads), and [data-layout="contiguous"] (data-sequences/reserved/used/
+                 wasted; a [data-kseq] bar per sequence) beside [data-layout="paged"]
+                 (data-blocks/slots/stored/unfilled); none on a page whose trace holds
+                 no sequence, hidden in presentation mode until K
     body         data-step-index="<i>" (0-based position in the trace) and
                  data-steps="<count>"; class "projector" in presentation mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
@@ -143,6 +147,7 @@ UI_ZH = {
     "swapped out": "换出",
     "swapped in": "换入",
     "released": "释放一个引用",
+    "released by {who}": "由 {who} 释放一个引用",
     "freed": "释放",
     "evicted": "驱逐",
     "hashed": "已哈希",
@@ -222,7 +227,8 @@ class PageOptions:
     [[seq, first scheduled, [preempted at, ...], finished or -1], ...] by step position
     (`narrate.py`), "host": each step's swapped-out sequences, [[seq, blocks], ...],
     "kernel": `kernel_view.kernel_story(...)` (default: computed; False: no kernel's view),
-    "shape": the model's `kernel_view.KernelShape` for it (default: SMALL_DECODE)}; names:
+    "shape": the model's `kernel_view.KernelShape` for it (default: SMALL_DECODE), "window":
+    the sliding window's tokens, which its layers read (`play --sliding-window`)}; names:
     a function from a snapshot's sequence id to the name the page calls it (default `str`),
     so that the tables, hover boxes, host pane and timeline say what the captions say
     (`generate`: `lockstep.seq_name`)."""
@@ -267,8 +273,10 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
         data["host"] = _host(story["host"], data)
     if story.get("timeline"):
         data["timeline"] = _timeline(story["timeline"], data, len(snaps))
-    kernel = _kernel(story, snaps, o.names or str)  # after the checks above
+    kernel = _kernel(story, snaps, o.names or str, lang, _groups(data["seqs"]) is not None)
     if kernel:  # kernel_view.kernel_story: plain numbers, made JSON-safe here
+        from .kernel_view import words
+
         data["kernel"] = {
             "part": [int(x) for x in kernel["part"]],
             "slots": int(kernel["slots"]),
@@ -280,7 +288,11 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
             "bytesPerToken": int(kernel["bytes_per_token"]),
             # by sequence index (a name such as "__proto__" is never an object's key)
             "maxTokens": [int(kernel["max_tokens"].get(q, 0)) for q in data["seqs"]],
+            "words": words(lang),  # the panel's templates in the page's language
         }
+        if "part_window" in kernel:  # a sliding window's launch: its own plan per step
+            data["kernel"]["partWindow"] = [int(x) for x in kernel["part_window"]]
+            data["kernel"]["window"] = int(kernel["window"])
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -300,15 +312,23 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     return data
 
 
-def _kernel(story: dict, snaps: list, names) -> dict | None:
+def _kernel(story: dict, snaps: list, names, lang: str, hybrid: bool) -> dict | None:
     """The kernel's view: story["kernel"] as given (False: none), else computed for the
-    story's model shape (story["shape"], `kernel_view.KernelShape`) or SMALL_DECODE."""
+    story's model shape (story["shape"], `kernel_view.KernelShape`) or SMALL_DECODE, and its
+    sliding window (story["window"]; `hybrid`: a hybrid trace's two KV cache groups)."""
     if "kernel" in story:
         return story["kernel"] or None
     from .kernel_view import KernelShape, kernel_story
 
     shape = story.get("shape")
-    return kernel_story(snaps, KernelShape(*shape) if shape else None, names)
+    return kernel_story(
+        snaps,
+        KernelShape(*shape) if shape else None,
+        names,
+        lang=lang,
+        window=story.get("window"),
+        hybrid=hybrid,
+    )
 
 
 def _trace_seqs(what: str, names: list[str], data: dict) -> None:

@@ -80,11 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("give FILE and --html PAGE (or --zmq URL)")
     if not args.trace.is_file():
         p.error(f"no such trace: {args.trace}")
-    from ..io.trace_json import MAX_BYTES, load_json
-    from ..kv_stream import read_any
+    from ..io.trace_json import MAX_BYTES, json_of, read_bounded
+    from ..kv_stream import batches_in
 
-    try:
-        batches = read_any(args.trace, MAX_BYTES)
+    try:  # read once, bounded before reading: a stream's batches, or a trace's JSON below
+        raw = read_bounded(args.trace, MAX_BYTES, "trace or stream")
+        batches = batches_in(raw)
     except (OSError, ValueError) as e:
         p.error(f"{args.trace}: {e}")
     title = args.title or f"pagedsim view {args.trace.name}"
@@ -96,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {_write(args.html, page_html(data))}", file=sys.stderr)
         return 0
     try:
-        data = load_json(args.trace)
-    except (OSError, ValueError) as e:
+        data = json_of(raw, args.trace)
+    except ValueError as e:
         p.error(str(e))
     page = sources.saved(data, lang, title=title)
     if args.no_kernel:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     written = write_html(args.html, **page)
     size = args.html.stat().st_size
     print(
-        f"wrote {written} ({size:,} bytes from a {args.trace.stat().st_size:,}-byte trace)",
+        f"wrote {written} ({size:,} bytes from a {len(raw):,}-byte trace)",
         file=sys.stderr,
     )
     return 0

@@ -25,6 +25,8 @@ One step, as a JSON object whose keys are left out when nothing of that kind cha
          or hash differs from the step before
     ek   what happened to each block of `e`, a code per block (`CHANGE_KINDS`): allocated,
          hit, shared, released, freed, copied, evicted, hashed, filled, swapped out / in
+    rb   who released the released blocks, flattened [block, seq, ...] (seq indexes `seqs`;
+         an owner the trace never showed is left out)
     cp   copy-on-write pairs (src, dst) this step made, for the copy kernel
     lb   text labels that changed, flattened [block, text, ...] (`generate`'s blocks)
     h    prefix-cache hashes that changed, flattened [block, hash or "", ...]
@@ -45,7 +47,7 @@ CHANGE_KINDS = {
     "s": "shared",  # one more owner
     "o": "swapped out",  # its owner went to the host (swap preemption)
     "i": "swapped in",  # taken again for a sequence back from the host
-    "r": "released",  # one fewer owner, still owned
+    "r": "released",  # one fewer owner, still owned (or an owner let go as another came)
     "x": "freed",  # back to the free list
     "v": "evicted",  # a cached block's hash forgotten, the block reused (or dropped)
     "k": "hashed",  # it got its prefix-cache hash
@@ -179,6 +181,7 @@ class Encoder:
         hashed = {b for b, h in zip(hashes[::2], hashes[1::2], strict=True) if h}
         rehashed = set(hashes[::2])  # a cached block taken with another hash was evicted
         written = set(out.get("f", [])[::2]) | set(out.get("lb", [])[::2])
+        let_go = _let_go(snap)
         kinds = []
         for b in blocks:
             old, new = refs[b], self.refs[b]
@@ -199,9 +202,21 @@ class Encoder:
                 kinds.append("k")
             elif b in written:
                 kinds.append("f")
+            elif b in let_go:  # its count dropped and rose again: one owner for another
+                kinds.append("r")
             else:
                 kinds.append("t")
         out["e"], out["ek"] = list(blocks), "".join(kinds)
+        by = [
+            x
+            for b, k in zip(blocks, kinds, strict=True)
+            if k == "r"
+            for q in let_go.get(b, ())
+            if q in self._index  # an owner the trace showed: the page can name it
+            for x in (b, self._index[q])
+        ]
+        if by:
+            out["rb"] = by
 
     def _counts(self, snap, out: dict) -> None:
         refs, fill = list(snap.ref_counts), list(snap.block_fill)
@@ -248,6 +263,15 @@ class Encoder:
         if new != mine:
             out[key] = _pairs(mine, new)
             mine[:] = new
+
+
+def _let_go(snap) -> dict:
+    """Block -> the owners that released it this step and left it owned (count above 0)."""
+    out: dict = {}
+    for e in snap.events:
+        if e.kind == "block_released" and e.ref_count > 0:
+            out.setdefault(e.block, {})[e.seq_id] = None
+    return out
 
 
 def _swap(marks) -> str:

@@ -118,13 +118,16 @@ def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
     snaps = session.timeline(lang)
     marks = _preemption_marks(session)
     host = _host(snaps, marks)
+    story: dict[str, Any] = {"host": host} if any(host) else {}
+    if session.options.sliding_window:  # what its layers read, for the kernel's view
+        story["window"] = int(session.options.sliding_window)
     options = PageOptions(
         lang=lang,
         title=title,
         version=version_of(session.options),
         marks=marks,
         hashes=_hashes(session),
-        story={"host": host} if any(host) else None,
+        story=story or None,
     )
     return {"trace_or_snapshots": snaps, "options": options}
 
@@ -216,12 +219,18 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
 
 def _story(story, steps: int) -> dict:
     """view.story, checked: {"details": [text per step], "timeline": [[seq, first, [steps],
-    last], ...], "host": ..., "shape": `kernel_view.KernelShape`'s five numbers} with every
-    step position inside the trace."""
+    last], ...], "host": ..., "shape": `kernel_view.KernelShape`'s five numbers, "window":
+    the sliding window's tokens} with every step position inside the trace."""
     bad = ValueError(
         'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
     )
-    if not isinstance(story, dict) or set(story) - {"details", "timeline", "host", "shape"}:
+    if not isinstance(story, dict) or set(story) - {
+        "details",
+        "timeline",
+        "host",
+        "shape",
+        "window",
+    }:
         raise bad
     details, rows = story.get("details", []), story.get("timeline", [])
     if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
@@ -247,6 +256,10 @@ def _story(story, steps: int) -> dict:
     out = {"details": details[:steps], "timeline": rows, "host": host[:steps]}
     if "shape" in story:  # the served model's attention shape, for the kernel's view
         out["shape"] = list(checked_shape(story["shape"]))
+    if "window" in story:  # the sliding window its layers read, for the kernel's view
+        if not _whole(story["window"]) or story["window"] < 1:
+            raise ValueError("view.story.window must be a whole number of tokens, 1..1048575")
+        out["window"] = story["window"]
     return out
 
 
@@ -280,7 +293,7 @@ def _named(d: dict, name) -> dict:
 def trace_out(page: dict) -> dict:
     """A source's page as a JSON trace for `--trace-out` (read back by `saved`). With
     `PageOptions.names` the sequences are saved under those names. "snapshots" comes first:
-    `pagedsim view` tells a trace from a KV event stream by it (`kv_stream.read_any`)."""
+    `pagedsim view` tells a trace from a KV event stream by it (`kv_stream.batches_in`)."""
     snaps, o = page["trace_or_snapshots"], page["options"]
     view: dict[str, Any] = {"title": o.title, "version": o.version}
     if o.whys:

@@ -501,11 +501,17 @@
     changes.append(el("span", { class: "lead" }, UI["changed this step"] + ":"));
     for (const [k, list] of by) {
       const g = el("span", { class: "chg k-" + k, "data-kind": KIND[k] });
-      g.append(el("b", {}, UI[KIND[k]] + (list.length > 1 ? " \u00d7" + list.length : "")));
+      g.append(el("b", {}, (k === "r" ? releasedBy(d, list) : UI[KIND[k]]) + (list.length > 1 ? " \u00d7" + list.length : "")));
       for (const b of list.slice(0, LISTED)) g.append(el("span", { class: "goto", "data-goto": String(b), tabindex: "0" }, String(b)));
       if (list.length > LISTED) g.append(el("span", { class: "more" }, "+" + (list.length - LISTED)));
       changes.append(g);
     }
+  }
+  function releasedBy(d, list) { // "released by r0.0": the owners that let go, when the data names them
+    const rb = d.rb || [], of = new Set(list), who = [];
+    for (let j = 0; j < rb.length; j += 2) if (of.has(rb[j]) && !who.includes(D.seqs[rb[j + 1]])) who.push(D.seqs[rb[j + 1]]);
+    if (!who.length) return UI.released;
+    return UI["released by {who}"].replace("{who}", () => who.slice(0, 3).join(", ") + (who.length > 3 ? " +" + (who.length - 3) : ""));
   }
   // The last changed tile and cell, then the first (the highest and lowest block ids), so
   // both are in view if they fit. A big pool scrolls in the next frame, so the layout it needs
@@ -679,18 +685,25 @@
   // ---- the kernel's view (D.kernel): how paged attention reads the chosen sequence's blocks --
   // It shows the sequence the step wrote (else the first) until a sequence's name in the
   // tables is clicked; that choice is kept across steps while the sequence lives.
-  // The partition size is cuda_kernels' choose_partition's, at build time; the ranges, bytes
-  // and waste follow from the state. Drawn only when what it shows changes (a big page's
-  // step change rebuilds nothing here unless the chosen table or the totals moved).
+  // The partition sizes are cuda_kernels' choose_partition's, at build time (one launch for
+  // the full-attention layers, one for the sliding-window layers, each over one length per
+  // sequence); the ranges, bytes and waste follow from the state. Its words are the page's
+  // language (kernel_view.toml). Drawn only when what it shows changes (a big page's step
+  // change rebuilds nothing here unless the chosen table or the totals moved).
   // Presentation mode hides it; K shows it there (over the pool) and hides it again.
   let kernelSeq = null, kernelPicked = false, kernelKey = null, kernelStamp = 0;
   const kernelMark = D.kernel ? new Int32Array(NB) : null;
+  function kw(key, f) { // a template of the panel in the page's language (English: the key), {fields} filled
+    const w = D.kernel.words, text = Object.prototype.hasOwnProperty.call(w, key) ? w[key] : key;
+    return text.replace(/\{(\w+)\}/g, (m, k) => String(f[k]));
+  }
+  if (D.kernel) keys.append(kw(", K kernel's view", {}));
   if (D.kernel && !BIG) poolPane.append(kernelEl); // a small pool leaves room under its free list
   // A big page builds the panel only while it is on screen (it sits under the tables), so a
   // jump elsewhere on the page creates none of its elements; it is drawn when scrolled to.
   let kernelOnScreen = true;
   if (D.kernel && BIG && "IntersectionObserver" in window) {
-    const heading = () => [el("h2", {}, "kernel's view: paged attention, one decode step")];
+    const heading = () => [el("h2", {}, kw("kernel's view: paged attention, one decode step", {}))];
     kernelOnScreen = false; kernelEl.hidden = false; kernelEl.append(...heading());
     new IntersectionObserver((seen) => {
       kernelOnScreen = seen[seen.length - 1].isIntersecting;
@@ -699,11 +712,23 @@
     }).observe(kernelEl);
   }
   function line(parent, text, cls) { const p = el("p", cls ? { class: cls } : {}, text); parent.append(p); return p; }
+  // A hybrid page's "A:full" and "A:window" are one sequence's two KV cache groups.
+  const kernelBase = (q) => D.groups ? D.seqs[q].slice(0, D.seqs[q].lastIndexOf(":")) : D.seqs[q];
+  // whether q's layers read a sliding window (its group's, or the whole page's)
+  const slides = (q) => !!D.kernel.partWindow && (!D.groups || D.seqs[q].endsWith(":window"));
+  function readFrom(q, t) { // the first position q's decode step reads (kernel_view.attended)
+    if (!slides(q)) return 0;
+    let lead = 0; // the window's tokens its table still holds (all it holds: no window known)
+    while (lead < t.blocks.length && t.blocks[lead] < 0) lead++;
+    return Math.max(D.kernel.window ? t.n - Math.min(D.kernel.window, t.n) : 0, Math.min(t.n, lead * BS));
+  }
   function kernelTotals(s) { // the live sequences, contiguous (each at its longest) vs paged
-    const K = D.kernel, tot = { reserved: 0, used: 0, held: 0, stored: 0 };
+    const K = D.kernel, tot = { reserved: 0, used: 0, held: 0, stored: 0, seqs: new Map() };
     kernelStamp++;
     for (const q of s.order) {
-      const t = s.tables.get(q);
+      const t = s.tables.get(q), base = kernelBase(q);
+      const one = tot.seqs.get(base) || { q: q, reserved: 0, used: 0 };
+      one.reserved += K.maxTokens[q] || 0; one.used += t.n; tot.seqs.set(base, one);
       tot.reserved += K.maxTokens[q] || 0; tot.used += t.n;
       for (const b of t.blocks) {
         if (b < 0 || kernelMark[b] === kernelStamp) continue; // a shared block is held once
@@ -713,14 +738,13 @@
     return tot;
   }
   function kernelShape(K) {
-    const [kv, hd, db, heads, layers] = K.shape;
-    return heads + " query head(s), " + kv + " KV head(s), head_dim " + hd + ", " + (db === 2 ? "float16" : "float32") +
-      " K/V" + (K.assumed ? " \u2014 an assumed small model (SMALL_DECODE): the trace names no model" :
-        " \u2014 the served model's shape, one of its " + layers + " layers (each reads the same blocks)");
+    const [kv, hd, db, heads, layers] = K.shape, f = { heads: heads, kv: kv, hd: hd, dtype: db === 2 ? "float16" : "float32", layers: layers };
+    return K.assumed ? kw("{heads} query head(s), {kv} KV head(s), head_dim {hd}, {dtype} K/V \u2014 an assumed small model (SMALL_DECODE): the trace names no model", f) :
+      kw("{heads} query head(s), {kv} KV head(s), head_dim {hd}, {dtype} K/V \u2014 the served model's shape, one of its {layers} layers (each reads the same blocks)", f);
   }
   function drawKernel() {
     if (!D.kernel) return;
-    const K = D.kernel, s = state, part = K.part[cur] || 0;
+    const K = D.kernel, s = state;
     if (!kernelOnScreen) return;
     if (!kernelPicked) { // until a name is clicked, the sequence whose table this step wrote
       const moved = (STEPS[cur].t || []).map((x) => x[0]).filter((q) => s.tables.has(q));
@@ -728,103 +752,125 @@
     }
     if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
     const t = kernelSeq === null ? null : s.tables.get(kernelSeq), tot = kernelTotals(s);
+    const part = kernelSeq !== null && slides(kernelSeq) ? K.partWindow[cur] || 0 : K.part[cur] || 0;
     const key = [kernelSeq, part, t ? t.n + ":" + t.blocks.join(",") : "", tot.reserved, tot.used, tot.held, tot.stored, s.order.join(",")].join("|");
     if (key === kernelKey) return;
     kernelKey = key;
     kernelEl.hidden = false; kernelEl.textContent = "";
-    kernelEl.append(el("h2", {}, "kernel's view: paged attention, one decode step"));
+    kernelEl.append(el("h2", {}, kw("kernel's view: paged attention, one decode step", {})));
     line(kernelEl, kernelShape(K), "kshape");
     if (t === null) { kernelEl.removeAttribute("data-seq"); line(kernelEl, UI["(no sequences)"]); return; }
     kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
     kernelEl.setAttribute("data-part", String(part));
     const grid = el("div", { class: "kgrid" });
-    grid.append(kernelRead(K, t, part), kernelMemory(K, s, tot));
+    grid.append(kernelRead(K, s, t, part, tot), kernelMemory(K, s, tot));
     kernelEl.append(grid);
   }
   // the query -> its table row -> the blocks in read order, each cell in its partition's colour
-  function kernelRead(K, t, part) {
+  function kernelRead(K, s, t, part, tot) {
     const n = t.n, name = D.seqs[kernelSeq], full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
-    const read = t.blocks.filter((b) => b >= 0);
-    const parts = part > 0 ? Math.ceil(n / part) : 1;
-    line(box, "the query of " + name + " (token " + (n - 1) + ") \u2192 its block table row \u2192 blocks " + read.join(", ") +
-      ", read in this order" + (parts > 1 ? ", " + parts + " partitions side by side" : " in one pass"), "kquery");
+    const from = readFrom(kernelSeq, t), reads = (b, lo, hi) => b >= 0 && Math.max(lo, from) <= hi;
+    const read = t.blocks.filter((b, j) => reads(b, j * BS, Math.min(n, (j + 1) * BS) - 1));
+    const parts = part > 0 ? Math.ceil((n - from) / part) : 1, f = { name: name, token: n - 1, blocks: read.join(", "), parts: parts };
+    line(box, parts > 1 ? kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order, {parts} partitions side by side", f) :
+      kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order in one pass", f), "kquery");
+    if (D.groups) box.append(kernelGroups(K, s, kernelBase(kernelSeq)));
     const row = el("div", { class: "krow" });
-    row.append(el("span", { class: "kq", title: "the query: token " + (n - 1) + " of " + name }, "q"));
+    row.append(el("span", { class: "kq", title: kw("the query: token {token} of {name}", f) }, "q"));
     let order = 0;
     t.blocks.forEach((b, j) => {
-      const lo = j * BS, hi = Math.min(n, lo + BS) - 1, p = part > 0 ? Math.floor(lo / part) : 0;
-      const tokens = Math.max(0, hi - lo + 1), bytes = b >= 0 ? tokens * K.bytesPerToken : 0;
+      const lo = j * BS, hi = Math.min(n, lo + BS) - 1, on = reads(b, lo, hi), a = Math.max(lo, from);
+      const p = part > 0 ? Math.floor((a - from) / part) : 0;
+      const tokens = Math.max(0, hi - lo + 1), bytes = on ? (hi - a + 1) * K.bytesPerToken : 0;
+      const c = { j: j, b: b, lo: lo, hi: hi, p: p, k: order + 1, bytes: bytes, full: full };
       const cell = el("span", {
-        class: "kcell kp" + (p % 6) + (b < 0 ? " kdrop" : ""), "data-logical": String(j), "data-phys": String(b),
-        "data-order": b >= 0 ? String(order) : "", "data-partition": String(p), "data-tokens": lo + "-" + hi,
-        "data-bytes": String(bytes),
-        title: "logical block " + j + " \u2192 physical block " + (b >= 0 ? b : "none (outside the window: not read)") +
-          "; tokens " + lo + "\u2013" + hi + "; partition " + p + (b >= 0 ? "; read #" + (order + 1) + "; " + bytes + " of " + full + " bytes" : ""),
+        class: "kcell kp" + (p % 6) + (on ? "" : " kdrop"), "data-logical": String(j), "data-phys": String(b),
+        "data-order": on ? String(order) : "", "data-partition": String(p), "data-tokens": lo + "-" + hi,
+        "data-read": on ? a + "-" + hi : "", "data-bytes": String(bytes),
+        title: on ? kw("logical block {j} \u2192 physical block {b}; tokens {lo}\u2013{hi}; partition {p}; read #{k}; {bytes} of {full} bytes", c) :
+          b < 0 ? kw("logical block {j} \u2192 physical block none (outside the window: not read); tokens {lo}\u2013{hi}; partition {p}", c) :
+            kw("logical block {j} \u2192 physical block {b}; tokens {lo}\u2013{hi}: outside the window, not read", c),
       });
       cell.append(el("span", { class: "klog" }, "L" + j), el("span", { class: "kphys" }, b >= 0 ? String(b) : "\u2013"),
-        el("span", { class: "kord" }, b >= 0 ? "#" + (order + 1) : ""));
+        el("span", { class: "kord" }, on ? "#" + (order + 1) : ""));
       const bar = el("span", { class: "kfill" }), ink = el("i");
       ink.style.width = (100 * tokens / BS).toFixed(1) + "%";
       bar.append(ink);
-      if (b >= 0 && tokens < BS) { // where the read stops in the last, partly filled block
-        const stop = el("b", { class: "kstop", title: "the read stops at byte " + bytes + " of " + full });
+      if (on && tokens < BS) { // where the read stops in the last, partly filled block
+        const stop = el("b", { class: "kstop", title: kw("the read stops at byte {bytes} of {full}", { bytes: tokens * K.bytesPerToken, full: full }) });
         stop.style.left = ink.style.width; bar.append(stop);
       }
-      cell.append(bar, el("span", { class: "kbytes" }, b >= 0 ? bytes + " B" : ""));
+      cell.append(bar, el("span", { class: "kbytes" }, on ? bytes + " B" : ""));
       row.append(el("span", { class: "karrow" }, "\u2192"), cell);
-      if (b >= 0) order++;
+      if (on) order++;
     });
     box.append(row);
     const plan = el("ol", { class: "kplan" });
-    for (let p = 0, lo = 0; lo < n; p++, lo += part) {
+    for (let p = 0, lo = from; lo < n; p++, lo += part) {
       const hi = Math.min(n, lo + part) - 1;
       const blocks = t.blocks.slice(Math.floor(lo / BS), Math.floor(hi / BS) + 1).filter((b) => b >= 0);
+      const g = { p: p, ctas: K.ctas, lo: lo, hi: hi, blocks: blocks.join(", ") };
       plan.append(el("li", { class: "kp" + (p % 6), "data-partition": String(p), "data-tokens": lo + "-" + hi, "data-blocks": blocks.join(",") },
-        "partition " + p + " (" + K.ctas + " CTA" + (K.ctas > 1 ? "s: one per KV head and head chunk" : "") +
-        "): tokens " + lo + "\u2013" + hi + " \u2192 blocks " + blocks.join(", ")));
+        K.ctas > 1 ? kw("partition {p} ({ctas} CTAs: one per KV head and head chunk): tokens {lo}\u2013{hi} \u2192 blocks {blocks}", g) :
+          kw("partition {p} ({ctas} CTA): tokens {lo}\u2013{hi} \u2192 blocks {blocks}", g)));
       if (part <= 0) break;
     }
     box.append(plan);
-    line(box, "cuda_kernels.attention.choose_partition: " + part + " tokens per partition for this step's lengths, on " +
-      K.slots + " CTA slots (" + K.gpu + "), " + K.path + " path", "kplanline");
+    const pf = { part: part, seqs: tot.seqs.size, slots: K.slots, gpu: K.gpu, path: K.path };
+    line(box, slides(kernelSeq) ? kw("cuda_kernels.attention.choose_partition: {part} tokens per partition for what the sliding-window layers read of this step's {seqs} sequence(s), on {slots} CTA slots ({gpu}), {path} path", pf) :
+      kw("cuda_kernels.attention.choose_partition: {part} tokens per partition for the lengths of this step's {seqs} sequence(s), on {slots} CTA slots ({gpu}), {path} path", pf), "kplanline");
     const last = n - (t.blocks.length - 1) * BS, lastB = t.blocks[t.blocks.length - 1];
-    line(box, "bytes per block: " + full + " (" + BS + " tokens \u00d7 " + K.bytesPerToken + " B of K and V); last block " +
-      lastB + " holds " + last + " of " + BS + " tokens: the read stops at byte " + last * K.bytesPerToken + " of " + full, "kbyteline");
+    line(box, kw("bytes per block: {full} ({bs} tokens \u00d7 {bpt} B of K and V); last block {b} holds {last} of {bs} tokens: the read stops at byte {stop} of {full}",
+      { full: full, bs: BS, bpt: K.bytesPerToken, b: lastB, last: last, stop: last * K.bytesPerToken }), "kbyteline");
     return box;
+  }
+  // a hybrid page: what each KV cache group of the chosen sequence reads at this step
+  function kernelGroups(K, s, base) {
+    const list = el("ul", { class: "kgroups" });
+    for (const q of s.order) {
+      if (kernelBase(q) !== base) continue;
+      const t = s.tables.get(q), from = readFrom(q, t), blocks = [];
+      t.blocks.forEach((b, j) => { if (b >= 0 && Math.max(j * BS, from) <= Math.min(t.n, (j + 1) * BS) - 1) blocks.push(b); });
+      const f = { name: base, tokens: t.n - from, lo: from, hi: t.n - 1, blocks: blocks.join(", "), bytes: (t.n - from) * K.bytesPerToken };
+      list.append(el("li", { "data-group": slides(q) ? "window" : "full", "data-read": from + "-" + (t.n - 1), "data-blocks": blocks.join(",") },
+        slides(q) ? kw("{name}'s sliding-window layers read the last {tokens} tokens (positions {lo}\u2013{hi}): blocks {blocks} ({bytes} bytes); the blocks before them are not read", f) :
+          kw("{name}'s full-attention layers read all {tokens} tokens: blocks {blocks} ({bytes} bytes)", f)));
+    }
+    return list;
   }
   // contiguous (each live sequence reserved at its longest length) beside paged, to one scale
   function kernelMemory(K, s, tot) {
     const box = el("div", { class: "kmem" }), slots = tot.held * BS, scale = Math.max(1, tot.reserved, slots);
     const pct = (x, of) => (of ? (100 * x / of).toFixed(0) : "0") + "%", w = (x) => (100 * x / scale).toFixed(2) + "%";
     const wasted = tot.reserved - tot.used, unfilled = Math.max(0, slots - tot.stored);
-    box.append(el("h3", {}, "contiguous vs paged: the live sequences' token slots"));
-    const contig = el("div", { class: "klayout", "data-layout": "contiguous", "data-reserved": String(tot.reserved),
-      "data-used": String(tot.used), "data-wasted": String(wasted) });
-    line(contig, "contiguous, each reserved at its longest length: " + tot.reserved + " slots, " + tot.used + " used, " +
-      wasted + " wasted (" + pct(wasted, tot.reserved) + ")");
+    box.append(el("h3", {}, kw("contiguous vs paged: the live sequences' token slots", {})));
+    const contig = el("div", { class: "klayout", "data-layout": "contiguous", "data-sequences": String(tot.seqs.size),
+      "data-reserved": String(tot.reserved), "data-used": String(tot.used), "data-wasted": String(wasted) });
+    const cf = { seqs: tot.seqs.size, reserved: tot.reserved, used: tot.used, wasted: wasted, pct: pct(wasted, tot.reserved) };
+    line(contig, D.groups ? kw("contiguous, each of {seqs} sequences reserved at its longest length in each of its KV cache groups: {reserved} slots, {used} used, {wasted} wasted ({pct})", cf) :
+      kw("contiguous, each reserved at its longest length: {reserved} slots, {used} used, {wasted} wasted ({pct})", cf));
     const cbar = el("div", { class: "kbar" });
-    for (const q of s.order) {
-      const max = K.maxTokens[q] || 0, n = s.tables.get(q).n;
-      const seg = el("span", { class: "kseg", "data-kseq": D.seqs[q], title: D.seqs[q] + ": " + n + " of " + max + " reserved slots used" });
-      seg.style.width = w(max);
-      const used = el("i"); used.style.width = (max ? 100 * n / max : 0).toFixed(1) + "%";
-      used.style.background = colourOf(q);
+    for (const [base, one] of tot.seqs) {
+      const seg = el("span", { class: "kseg", "data-kseq": base, title: kw("{name}: {n} of {max} reserved slots used", { name: base, n: one.used, max: one.reserved }) });
+      seg.style.width = w(one.reserved);
+      const used = el("i"); used.style.width = (one.reserved ? 100 * one.used / one.reserved : 0).toFixed(1) + "%";
+      used.style.background = colourOf(one.q);
       seg.append(used);
       cbar.append(seg);
     }
     contig.append(cbar);
     const paged = el("div", { class: "klayout", "data-layout": "paged", "data-blocks": String(tot.held),
       "data-slots": String(slots), "data-stored": String(tot.stored), "data-unfilled": String(unfilled) });
-    line(paged, "paged: " + tot.held + " blocks = " + slots + " slots hold " + tot.stored + " tokens (a shared block once), " +
-      unfilled + " unfilled (" + pct(unfilled, slots) + ")");
-    const pbar = el("div", { class: "kbar" }), pseg = el("span", { class: "kseg", title: tot.stored + " of " + slots + " slots filled" });
+    line(paged, kw("paged: {held} blocks = {slots} slots hold {stored} tokens (a shared block once), {unfilled} unfilled ({pct})",
+      { held: tot.held, slots: slots, stored: tot.stored, unfilled: unfilled, pct: pct(unfilled, slots) }));
+    const pbar = el("div", { class: "kbar" }), pseg = el("span", { class: "kseg", title: kw("{stored} of {slots} slots filled", { stored: tot.stored, slots: slots }) });
     pseg.style.width = w(slots);
     const filled = el("i"); filled.style.width = (slots ? 100 * tot.stored / slots : 0).toFixed(1) + "%";
     pseg.append(filled); pbar.append(pseg); paged.append(pbar);
     box.append(contig, paged);
     const saved = tot.reserved - slots;
-    line(box, saved >= 0 ? "paging needs " + saved + " fewer slots here (" + pct(saved, tot.reserved) + " of the contiguous reservation)" :
-      "paging holds " + -saved + " more slots here: its last blocks' unfilled slots outweigh the contiguous waste", "ksaved");
+    line(box, saved >= 0 ? kw("paging needs {saved} fewer slots here ({pct} of the contiguous reservation)", { saved: saved, pct: pct(saved, tot.reserved) }) :
+      kw("paging holds {more} more slots here: its last blocks' unfilled slots outweigh the contiguous waste", { more: -saved }), "ksaved");
     return box;
   }
   document.addEventListener("click", (ev) => {

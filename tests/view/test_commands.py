@@ -82,3 +82,41 @@ def test_a_saved_trace_with_a_bad_view_is_refused_in_one_line(tmp_path, capsys, 
     assert cli.main(["view", str(tmp_path / "t.json"), "--html", str(tmp_path / "x.html")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and not (tmp_path / "x.html").exists()
+
+
+def test_view_reads_a_saved_trace_once(tmp_path, capsys, monkeypatch):
+    """`view T.json` told a trace from a stream by reading the file, then read it again to
+    parse it: one read, bounded before it starts, serves both."""
+    import builtins
+
+    assert cli.main(["tour", "--json"]) == 0
+    trace = tmp_path / "tour.json"
+    trace.write_text(capsys.readouterr().out)
+    opened, real_open = [], builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file) == str(trace):
+            opened.append(args[0] if args else kwargs.get("mode", "r"))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    assert cli.main(["view", str(trace), "--html", str(tmp_path / "v.html")]) == 0
+    assert opened == ["rb"]
+
+
+@pytest.mark.parametrize(
+    "flags", [["--sliding-window", "6"], ["--sliding-window", "6", "--hybrid"]]
+)
+def test_a_sliding_window_plays_trace_out_reads_back_with_its_dropped_blocks(
+    tmp_path, capsys, flags
+):
+    """A sliding window's tables hold -1 for the blocks it dropped (NULL_BLOCK): `view` of
+    its --trace-out refused them ("entry must be 0..N"), so no page could be made from it."""
+    script = tmp_path / "w.txt"
+    script.write_text("alloc A 10\nappend A 6\nalloc B 3\n")
+    a, t, b = tmp_path / "a.html", tmp_path / "t.json", tmp_path / "b.html"
+    assert cli.main(["play", str(script), *flags, "--html", str(a), "--trace-out", str(t)]) == 0
+    assert cli.main(["view", str(t), "--html", str(b), "--title", "pagedsim play"]) == 0
+    pa, pb = page_json(a), page_json(b)
+    assert pa == pb
+    assert any(-1 in step[3] for s in pa["steps"] for step in s.get("t", []) if step[3])
