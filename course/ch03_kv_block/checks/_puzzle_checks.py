@@ -346,17 +346,7 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
             raise _raised(p, e, where, threads) from e
         _inputs_unchanged(p, before, arrays, where)
         for out in p.outputs:
-            try:
-                compare(
-                    log,
-                    arrays[out],
-                    want[out],
-                    out_name=out,
-                    owner=lambda index, o=out: p.owner(o, index, arrays),
-                    what=where,
-                )
-            except AssertionError as err:
-                raise _with_hints(p, impl, case, err, arrays[out], want[out], arrays) from None
+            _compare_stepped(p, impl, case, log, arrays, want, out, where)
 
     for case in reversed(p.examples):  # the last @example applied runs first: p.examples in order
         run = example(case)(run)
