@@ -3,7 +3,7 @@
 A puzzle kernel runs as one block of simulated threads under the interleaver's Stepper
 (round robin over memory accesses), so every read and write is logged by thread; its output
 is compared with the NumPy spec. On a mismatch the message names the first wrong element and
-prints a table of what the threads that touched it (and the thread that should have) read and
+prints a table of what the threads that wrote it (and the thread that should have) read and
 wrote, in order. The real launch under Numba's CUDA simulator is a separate check.
 """
 
@@ -25,12 +25,15 @@ def run_threads(kernel, num_threads, arrays: dict):
     return Stepper("round_robin").run(kernel, num_threads, *arrays.values(), names=names)
 
 
-def touched(log, name, index, shape) -> list[int]:
-    """Threads that read or wrote `name[index]` (a negative index counts from the end, as NumPy's
-    does: k_cache[-1, 0] is k_cache[num_slots - 1, 0])."""
+def writers(log, name, index, shape) -> list[int]:
+    """Threads that wrote `name[index]`, by a write or an atomic (a negative index counts from the
+    end, as NumPy's does: k_cache[-1, 0] is k_cache[num_slots - 1, 0]). A thread that only read
+    it is not one: 3.k5's cache is read and written."""
     pattern = re.compile(rf"\b{re.escape(name)}\[(-?\d+(?:, -?\d+)*)\]")
     found = set()
     for t, what in log:
+        if what.startswith("read "):
+            continue
         for m in pattern.finditer(what):
             at = tuple(int(x) for x in m.group(1).split(", "))
             if len(at) != len(shape):
@@ -89,7 +92,7 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     if wrong is None:
         return
     index, at, shown, num_bad = wrong
-    wrote = touched(log, out_name, index, got.shape)
+    wrote = writers(log, out_name, index, got.shape)
     should = owner(index)
     never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
     if never:

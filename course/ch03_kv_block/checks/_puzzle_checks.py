@@ -1,7 +1,9 @@
 """The two checks every kernel puzzle has, written once.
 
 - `check_spec`: small cases under the stepper (one simulated thread at a time, every memory
-  access logged), so a wrong element comes with the table of which thread touched it.
+  access logged), so a wrong element comes with the table of which thread touched it. It
+  begins with the puzzle's `examples` (the hazards its stub warns about), then draws cases
+  from a seed of the puzzle's own.
 - `check_launches`: real launches (a GPU, or Numba's CUDA simulator) on cases drawn by
   Hypothesis over everything the stub's spec allows (sizes, garbage in unused entries, huge
   logits, lengths on block edges).
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import math
 import re
 import sys
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON, compare, first_wrong, run_threads
@@ -35,8 +38,8 @@ _COMMON = dict(
     phases=(Phase.explicit, Phase.generate),
     suppress_health_check=list(HealthCheck),
 )
-STEPPED = settings(max_examples=16, derandomize=True, **_COMMON)  # one Python thread per access
-LAUNCHED = settings(max_examples=12, **_COMMON)  # random: a new draw on every run
+STEPPED = settings(max_examples=16, **_COMMON)  # one Python thread per access; seeded per puzzle
+LAUNCHED = settings(max_examples=12, **_COMMON)  # random: a new draw on every run (not in CI)
 STEP_REPLAY = 64  # a failed launch of at most this many threads is replayed under the stepper
 
 
@@ -62,6 +65,9 @@ class Puzzle:
     # known mistakes as specs of their own: (the cause in the student's terms, arrays -> the
     # outputs that mistake writes). When a kernel's outputs equal one of them, its cause leads.
     mistakes: tuple[tuple[str, Callable[..., dict]], ...] = ()
+    # the cases the stepped check runs first, on every run (@example): the hazards the stub
+    # warns about (overflow-sized logits, a last partial block, ...), never left to the draw
+    examples: tuple[tuple, ...] = ()
 
 
 def mistake(en: str, zh: str, spec: Callable[..., dict]) -> tuple[str, Callable[..., dict]]:
@@ -312,9 +318,18 @@ def _raised(p: Puzzle, e: Exception, where: str, needed: int = 0) -> AssertionEr
     return _lead(err, _hard_coded(p)) if isinstance(e, IndexError) else err
 
 
-def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2) -> None:
-    """Small cases, stepped: compare every output, with the thread table on a mismatch."""
+def puzzle_seed(p: Puzzle) -> int:
+    """The seed of p's stepped cases, from its kernel's name. derandomize=True would seed them
+    from the test function's source, and `run` below is every puzzle's test function: any edit
+    to it would swap every puzzle's cases. (Hypothesis's @seed overrides derandomize.)"""
+    return int.from_bytes(hashlib.sha256(p.kernel.encode()).digest()[:8], "big")
 
+
+def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2) -> None:
+    """Small cases, stepped: p.examples, then cases drawn from params with p's own seed; compare
+    every output, with the thread table on a mismatch."""
+
+    @seed(puzzle_seed(p))
     @STEPPED
     @given(params)
     def run(case: tuple) -> None:
@@ -331,18 +346,10 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
             raise _raised(p, e, where, threads) from e
         _inputs_unchanged(p, before, arrays, where)
         for out in p.outputs:
-            try:
-                compare(
-                    log,
-                    arrays[out],
-                    want[out],
-                    out_name=out,
-                    owner=lambda index, o=out: p.owner(o, index, arrays),
-                    what=where,
-                )
-            except AssertionError as err:
-                raise _with_hints(p, impl, case, err, arrays[out], want[out], arrays) from None
+            _compare_stepped(p, impl, case, log, arrays, want, out, where)
 
+    for case in reversed(p.examples):  # the last @example applied runs first: p.examples in order
+        run = example(case)(run)
     run()
 
 
@@ -363,6 +370,8 @@ def check_launches(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int 
     def run(case: tuple) -> None:
         launch(p, impl, case, extra)
 
+    if LAUNCHED.derandomize:  # CI's profile: p's own cases, as check_spec's (see puzzle_seed)
+        run = seed(puzzle_seed(p))(run)
     run()
 
 

@@ -97,6 +97,10 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run: 3 tokens of 4 numbers (T < D, so a split by T misses some)
+# into 5 slots, the last token padded (-1) and a real one in slot 0, then 2 extra threads
+EXAMPLES = (Case(T=3, D=4, spare_slots=2, padded=1, seed=1),)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="write_kv_kernel",
@@ -107,6 +111,7 @@ PUZZLE = Puzzle(
     owner=owner,
     axes=AXES,
     mistakes=MISTAKES,
+    examples=EXAMPLES,
 )
 
 

@@ -88,6 +88,10 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run: 7 positions in blocks of 3 (B != D), so the last block holds
+# one; a table that moves every block, with 2 garbage entries past the last; 2 extra threads
+EXAMPLES = (Case(B=3, D=2, L=7, spare_blocks=1, spare_entries=2, seed=0),)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="gather_k_kernel",
@@ -98,6 +102,7 @@ PUZZLE = Puzzle(
     owner=lambda out, index, arrays: index[0] * arrays["out"].shape[1] + index[1],
     axes=AXES,
     mistakes=MISTAKES,
+    examples=EXAMPLES,
     unused_read=say(
         "The cache's unused slots hold NaN here: that value came from a slot the sequence does "
         "not use. Position p lives in block block_table[p // B] at offset p % B.",

@@ -162,6 +162,18 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run, all with 2 heads, a last partial block, a table that moves
+# every block and a garbage entry past the last one:
+EXAMPLES = (
+    # small logits: the arithmetic alone
+    Case(H=2, B=2, D=3, L=5, spare_blocks=1, spare_entries=1, base=0.0, spread=3.0, seed=0),
+    # logits from about 300 up to 2300, the first the smallest, the largest past the first
+    # block: only a shift by the true maximum keeps every exp finite
+    Case(H=2, B=2, D=2, L=5, spare_blocks=1, spare_entries=1, base=300.0, spread=2000.0, seed=0),
+    # logits all near -2000: a running max that starts at 0 underflows every exp to 0
+    Case(H=2, B=2, D=2, L=3, spare_blocks=0, spare_entries=1, base=-2000.0, spread=3.0, seed=3),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="paged_decode_kernel",
@@ -173,6 +185,7 @@ PUZZLE = Puzzle(
     numerics=NUMERICS,
     axes=AXES,
     mistakes=MISTAKES,
+    examples=EXAMPLES,
     unused_read=say(
         "That value came from a slot the sequence does not use (those hold NaN here): read "
         "positions p < context_len[0] only, each through block_table[p // B].",

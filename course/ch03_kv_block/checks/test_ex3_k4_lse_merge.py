@@ -138,6 +138,15 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run, all with 2 heads of 2 or 3 numbers (H != D):
+EXAMPLES = (
+    Case(H=2, D=3, base=0.0, gap=5.0, seed=0),  # small lse: the arithmetic alone
+    # lse near 800, lse2 - lse1 above 709 on one head and below -709 on the other: a shift by
+    # lse1 alone, or by the minimum, overflows
+    Case(H=2, D=2, base=800.0, gap=2000.0, seed=2),
+    Case(H=2, D=2, base=-800.0, gap=5.0, seed=0),  # lse near -800: unshifted exps underflow
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="merge_kernel",
@@ -151,6 +160,7 @@ PUZZLE = Puzzle(
     numerics=NUMERICS,
     axes=AXES,
     mistakes=MISTAKES,
+    examples=EXAMPLES,
 )
 
 

@@ -78,6 +78,10 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run: 3 pairs (pairs is 3 x 2, not square) over 8 blocks (more
+# than twice the pairs), blocks of 2 slots of 2 numbers, then 2 extra threads
+EXAMPLES = (Case(N=8, B=2, D=2, P=3, seed=0),)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="copy_blocks_kernel",
@@ -88,6 +92,7 @@ PUZZLE = Puzzle(
     owner=owner,
     axes=AXES,
     mistakes=MISTAKES,
+    examples=EXAMPLES,
 )
 
 

@@ -82,6 +82,13 @@ MISTAKES = (
     ),
 )
 
+# run first on every stepped run, each with entries past the sequence's blocks:
+EXAMPLES = (
+    Case(n=10, w=4, B=3, spare=2),  # the window starts at 6, on a block boundary: block 1 goes
+    Case(n=11, w=4, B=3, spare=1),  # it starts at 7, inside block 2: block 2 stays
+    Case(n=5, w=9, B=2, spare=1),  # a window longer than the sequence: nothing goes
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="dropped_kernel",
@@ -92,6 +99,7 @@ PUZZLE = Puzzle(
     owner=lambda out, index, arrays: index[0],
     axes={"params": ("3: n, w, B",), "dropped": ("M, the output's length",)},
     mistakes=MISTAKES,
+    examples=EXAMPLES,
     unwritten=say(
         "dropped may have more entries than the sequence has blocks: guard with "
         "dropped.shape[0], and write every entry the spec defines.",

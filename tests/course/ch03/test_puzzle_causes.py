@@ -16,6 +16,7 @@ from course.ch03_kv_block.checks import _puzzle_checks as pc
 from course.ch03_kv_block.checks import test_ex3_k2_gather_k as k2
 from course.ch03_kv_block.checks import test_ex3_k3_paged_decode as k3
 from course.ch03_kv_block.checks import test_ex3_k4_lse_merge as k4
+from course.ch03_kv_block.checks import test_ex3_k5_copy_blocks as k5
 from course.ch03_kv_block.checks import test_ex3_k6_window_drops as k6
 
 GATHER = """
@@ -152,3 +153,24 @@ def test_a_thread_that_wrote_the_wrong_element_is_told_which(tmp_path, monkeypat
     """
     said = first_message(k4, attempt(tmp_path, monkeypatch, "3.k4", source))
     assert "nobody wrote it" in said and ("wrote nothing to out" in said or "instead" in said)
+
+
+def test_a_thread_that_only_read_the_wrong_element_is_not_said_to_have_written_it(
+    tmp_path, monkeypatch
+):
+    # 3.k5's cache is read and written: copying dst to src reads each destination, writes none
+    source = """
+    def copy_blocks_kernel(cache, pairs):
+        i = cuda.threadIdx.x
+        D = cache.shape[2]
+        per_pair = cache.shape[1] * D
+        if i < pairs.shape[0] * per_pair:
+            src, dst = pairs[i // per_pair, 0], pairs[i // per_pair, 1]
+            cache[src, (i % per_pair) // D, i % D] = cache[dst, (i % per_pair) // D, i % D]
+    """
+    # 3 pairs over 8 blocks: block 0 is only a destination, which this kernel reads
+    case = k5.Case(N=8, B=2, D=2, P=3, seed=0)
+    said = first_message(k5, attempt(tmp_path, monkeypatch, "3.k5", source), st.just(case))
+    assert "cache[0, 0, 0]" in said, said
+    assert "as it should" not in said, said
+    assert "nobody wrote it" in said, said
