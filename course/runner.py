@@ -35,7 +35,7 @@ from . import check_fixtures, i18n
 from . import impl as impl_module
 from .checks_digest import verify_checks
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
-from .grade_report import printable
+from .grade_report import printable, utf8
 from .guard import keep_first, solutions_hidden
 from .impl import (
     DEFAULT_SECONDS,
@@ -89,6 +89,7 @@ class Outcome:
         messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
+        messages = [utf8(m) for m in messages]  # the file under test's text, in a JSON verdict
         return {
             "exercise": self.exercise.id,
             "status": self.status,

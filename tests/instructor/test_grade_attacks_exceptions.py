@@ -3,16 +3,19 @@ whose `__str__` raises or hangs (the runner reads `str(exc)` after the check's t
 an `.exceptions` that is not a group's, a `.raised_by` that is an object, an attribute named
 like a method of the class. In the grader such an exception is inert data
 (pagedsim/testing/remote_errors.py): reading it never calls the submission, and the runner
-(course/runner.py's `_describe`) names it as a plain FAIL, never a crash of pytest."""
+(course/runner.py's `_describe`) names it as a plain FAIL, never a crash of pytest. And a
+message holding a lone surrogate (a str UTF-8 cannot write) keeps its verdict and points."""
 
+import json
 import socket
+import sys
 import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from course import curriculum, runner
+from course import curriculum, grade, grade_report, runner
 from pagedsim.testing import remote
 from pagedsim.testing.remote_codec import dump_message, load_message
 from pagedsim.testing.remote_proxy import Remote, RemoteModule
@@ -160,3 +163,59 @@ def test_whatever_exception_arrives_reading_it_never_calls_the_submission(grader
         info = pytest.ExceptionInfo.from_current()
     failure = runner._describe(item, info, SOLUTION)
     assert failure.message and failure.kind in ("assert", "raised", "not_implemented")
+
+
+# -- text that UTF-8 cannot write --------------------------------------------------------------
+SURROGATE = """
+
+def external_fragmentation(holes):
+    raise ValueError("bad \\ud800 text")  # a lone surrogate: a str, but not UTF-8
+"""
+
+
+def test_a_lone_surrogate_in_a_submissions_message_keeps_its_fail_and_its_points(tmp_path):
+    """Before the fix `check --json` could not encode its verdict, and `grade` gave this file
+    an ERROR worth 0 instead of its 5 of 8 checks."""
+    path = tmp_path / "ex3_1_first_fit.py"
+    path.write_text(SOLUTION.read_text().split("\ndef external_fragmentation")[0] + SURROGATE)
+    outcome = runner.run_checks(
+        curriculum.find("3.1"), path, isolate=True, sandbox=False, seconds=60
+    )
+    verdict = outcome.as_json()
+    assert (verdict["status"], verdict["passed"], verdict["total"]) == ("fail", 5, 8)
+    json.dumps(verdict, ensure_ascii=False).encode()
+    assert "bad \\ud800 text" in verdict["messages"][0]  # written as printable() writes it
+
+
+any_text = st.text(st.characters(exclude_categories=()) | st.sampled_from("\ud800\udfff\x1b"))
+
+
+@given(messages=st.lists(any_text, max_size=4), error=st.none() | any_text)
+def test_whatever_text_an_outcome_holds_its_verdict_is_utf8(messages, error):
+    outcome = runner.Outcome(curriculum.find("3.1"), SOLUTION, passed=1, error=error)
+    outcome.failures = [runner.Failure(f"test_{i}", m) for i, m in enumerate(messages)]
+    verdict = outcome.as_json()
+    json.dumps(verdict, ensure_ascii=False).encode()  # UnicodeEncodeError before the fix
+    assert len(verdict["messages"]) == len(runner.fold(outcome.failures)) + bool(error)
+
+
+def test_a_verdict_with_a_lone_surrogate_still_writes_every_report(tmp_path):
+    """`grade` writes its CSV and results.json in UTF-8 whatever text a checker's verdict
+    carries (here a stand-in checker that sends one)."""
+    checker = tmp_path / "checker.py"
+    checker.write_text(
+        "import json, os\n"
+        'v = {"status": "fail", "passed": 1, "total": 2, "failed": ["t"],\n'
+        '     "messages": ["\\ud800"]}\n'
+        'os.write(int(os.environ["PAGEDSIM_VERDICT_FD"]), (json.dumps(v) + "\\n").encode())\n'
+    )
+    root = tmp_path / "class"
+    (root / "ann").mkdir(parents=True)
+    (root / "ann" / "ex3_1_first_fit.py").write_text("x = 1\n")
+    mode = grade.Mode(sandbox=False, own_uid=False)
+    command = lambda ex_id, path, extra=(): [sys.executable, str(checker), ex_id, str(path)]  # noqa: E731
+    results = grade.grade(root, ["3.1"], command=command, mode=mode)
+    (row,) = results
+    assert (row.status, row.passed, row.total, row.messages) == ("fail", 1, 2, ["\\ud800"])
+    (tmp_path / "out.csv").write_text(grade_report.as_csv(results), encoding="utf-8")
+    grade_report.write_gradescope(results, tmp_path / "results")
