@@ -22,6 +22,7 @@ from pathlib import Path
 from pagedsim.testing import jail, walk
 
 from . import checks_digest, curriculum, grade_launch, grade_warm, isolation, verdict
+from .grade_report import utf8
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -469,7 +470,7 @@ def _judge(base: Result, end: Ended, timeout: float) -> Result:
     elif isinstance(end.verdict, dict) and end.verdict.get("status") in STATUSES:
         got = end.verdict
         keep = {k: got[k] for k in ("passed", "total", "failed") if k in got}
-        base.status, base.messages = got["status"], list(got.get("messages", ()))
+        base.status, base.messages = got["status"], list(map(utf8, got.get("messages", ())))
         for k, v in keep.items():
             setattr(base, k, v)
     else:

@@ -178,6 +178,12 @@ def _safe_name(name: str) -> str:
     return clean or "_"
 
 
+def utf8(text: object) -> str:
+    """`text` as a str that UTF-8 can write: each lone surrogate (a submission's text, or a name
+    decoded from bytes that were not UTF-8) written as its escape, as `printable` writes it."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def printable(text: str) -> str:
     """`text` with control characters (ANSI escapes included) written as escapes."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))

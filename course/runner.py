@@ -35,7 +35,7 @@ from . import check_fixtures, i18n
 from . import impl as impl_module
 from .checks_digest import verify_checks
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
-from .grade_report import printable
+from .grade_report import printable, utf8
 from .guard import keep_first, solutions_hidden
 from .impl import (
     DEFAULT_SECONDS,
@@ -89,6 +89,7 @@ class Outcome:
         messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
+        messages = [utf8(m) for m in messages]  # the file under test's text, in a JSON verdict
         return {
             "exercise": self.exercise.id,
             "status": self.status,
@@ -209,9 +210,11 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     doc = " ".join((getattr(func, "__doc__", None) or "").strip().split("\n\n")[0].split())
     doc = doc.rstrip(".") or item.name.replace("_", " ")
     exc = excinfo.value
-    # an ExceptionGroup
-    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:
-        exc = exc.exceptions[0]
+    # an ExceptionGroup (an exception of the file under test may carry any data as .exceptions)
+    while isinstance(inner := getattr(exc, "exceptions", None), tuple) and inner:
+        if not isinstance(inner[0], BaseException):
+            break
+        exc = inner[0]
     stub = _in_chain(exc, NotImplementedError)  # it may be wrapped
     if stub is not None:
         tb, where = stub.__traceback__, []
@@ -239,7 +242,8 @@ def _describe(item, excinfo, impl: Path) -> Failure:
             msg = doc
         return Failure(item.name, msg + tail)
     # the student's call that raised (check_fixtures.traced)
-    doc = getattr(exc, "raised_by", None) or doc
+    raised_by = getattr(exc, "raised_by", None)
+    doc = raised_by if isinstance(raised_by, str) and raised_by else doc
     where = [e for e in excinfo.traceback if Path(str(e.path)).resolve() == impl]
     at = i18n.t(" (line {line} of your file)", line=where[-1].lineno + 1) if where else ""
     said = dict(doc=doc, name=type(exc).__name__, what=_first_line(str(exc)), at=at)

@@ -255,11 +255,11 @@ def load_model(text: str) -> tuple[str, Config]:
             f"--model {text!r} is neither a preset ({', '.join(MODELS)}) nor a "
             "folder or file with a config.json"
         )
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a JSON config ({e.__class__.__name__}: {e})") from None
-    return str(path), read_config(cfg, str(path))
+    # a checkpoint's config.json, read as generate reads it: size-bounded, every failure naming
+    # the file (imported here: the engine's package costs a preset nothing)
+    from ..engine.hf_json import read_json
+
+    return str(path), read_config(read_json(path), str(path))
 
 
 MLA_FIELDS = ("latent_dim", "kv_lora_rank", "qk_rope_head_dim", "uncompressed_values")

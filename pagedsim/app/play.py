@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..io.args import ArgParser, int_in
+from ..io.args import ArgParser, distinct_files, int_in
 from ..text.captions import caption
 from ..text.lang import LANGS, detect, t, wrap
 from ..trace import Snapshot
@@ -250,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             "give one of SCRIPT, --trace FILE or --events FILE (a trace or an event stream "
             "is drawn as saved; a script builds a new one)"
         )
+    reads = {"SCRIPT": args.script, "--trace": args.trace, "--events": args.events}
+    distinct_files(p, reads, {"--html": args.html, "--trace-out": args.trace_out})
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import CacheConfig, SchedulerConfig
-from ..io.args import ArgParser, float_in, int_in
+from ..io.args import ArgParser, distinct_files, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
 from .hf import load_model, load_tokenizer
@@ -316,6 +316,7 @@ def _write_steps(engine: PagedEngine, steps: list[EngineStep], args: argparse.Na
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    distinct_files(p, {}, {"--html": args.html, "--trace-out": args.trace_out})
     if args.enable_prefix_caching is None:
         args.enable_prefix_caching = args.pool == "reference"
     elif args.enable_prefix_caching and args.pool != "reference":

@@ -1,8 +1,9 @@
 """A checkpoint's JSON files, read with a size limit, and their fields checked one by one.
 
 `read_json` refuses a file over MAX_JSON_BYTES from its size alone, and one nested too
-deeply to parse; `field` reads one number or switch as transformers' config classes do
-(absent or null: the default). Every failure is a `CheckpointError` naming file and field.
+deeply (or holding an integer too long) to parse; `field` reads one number or switch as
+transformers' config classes do (absent or null: the default). Every failure is a
+`CheckpointError` naming file and field.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def read_json(path: Path) -> Json:
     check_size(path, MAX_JSON_BYTES, "a JSON file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, or an integer of over 4,300 digits
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
     except RecursionError:
         raise CheckpointError(f"{path}: JSON nested too deeply") from None

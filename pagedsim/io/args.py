@@ -1,6 +1,6 @@
 """What every `pagedsim` sub-command builds its parser from: `ArgParser` (usage errors in one
-line on stderr, exit status 2) and the argparse `type`s that check a value at parse time
-(`int_in`, `float_in`, `writable_dir`).
+line on stderr, exit status 2), the argparse `type`s that check a value at parse time
+(`int_in`, `float_in`, `writable_dir`), and `distinct_files`: no output overwrites an input.
 
 A leaf: it imports only the standard library, so any command (the apps, the labs, the
 engine, the testing kit, the course) can use it without importing the `pagedsim` command.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import pathlib
 import sys
 import tempfile
@@ -75,3 +76,26 @@ def writable_dir(path: str) -> pathlib.Path:
     with tempfile.TemporaryFile(dir=folder):  # OSError if the folder cannot take a new file
         pass
     return folder
+
+
+def distinct_files(
+    p: argparse.ArgumentParser,
+    reads: dict[str, str | os.PathLike[str] | None],
+    writes: dict[str, str | os.PathLike[str] | None],
+) -> None:
+    """p.error when a file the command would write ({flag: path}) is one it reads, or two of
+    its outputs are one file: the input (or the other output) would be overwritten unsaid.
+    A link or another spelling of the same file counts as that file."""
+    outputs = [(flag, pathlib.Path(path)) for flag, path in writes.items() if path]
+    inputs = [(flag, pathlib.Path(path)) for flag, path in reads.items() if path]
+    for i, (flag, out) in enumerate(outputs):
+        for other, path in inputs + outputs[:i]:
+            if _same_file(out, path):
+                p.error(f"{flag} {str(out)!r} is the file {other} names: choose another file")
+
+
+def _same_file(a: pathlib.Path, b: pathlib.Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet: compare where they would be
+        return a.resolve() == b.resolve()

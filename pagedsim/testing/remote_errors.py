@@ -7,19 +7,24 @@ student's `PoolError(ValueError)`) becomes a stand-in made here with `type()`, w
 name and its known bases: no name from the other side is ever looked up anywhere else. It
 is re-raised from frames with the student's file name, so messages read as they do
 in-process. An exit, an interrupt or any non-`Exception` from the child becomes a
-RemoteError in the grader, never obeyed.
+RemoteError in the grader, never obeyed. In the grader an exception is inert data: an
+argument or attribute that holds a handle of the child's becomes the text `<Name>` (so
+`str(exc)`, which the runner reads after the check's time limit, never calls the child),
+and no attribute of the child's replaces one its class defines (`add_note`, `args`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import pathlib
 import sys
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .remote_proxy import Remote, RemoteModule
 from .remote_values import RemoteError
 
 if TYPE_CHECKING:
@@ -200,12 +205,13 @@ def build_exception(
     fields = (args, text, frames, attrs, notes, formatted)
     if tuple(map(type, fields)) != (list, str, list, list, list, str):
         raise RemoteError("a malformed message: a malformed exception")
-    exc = _instance(cls, [value(a, depth) for a in args], text, ch)
-    for pair in attrs:  # public names only: never __class__, __traceback__, ...
+    exc = _instance(cls, [_inert(value(a, depth), ch) for a in args], text, ch)
+    for pair in attrs:  # public names its class does not define: never __class__, add_note, ...
         if type(pair) is list and len(pair) == 2 and type(pair[0]) is str and pair[0][:1] != "_":
-            attr = value(pair[1], depth)
-            with contextlib.suppress(AttributeError, TypeError):
-                setattr(exc, pair[0], attr)
+            attr = _inert(value(pair[1], depth), ch)
+            if not hasattr(cls, pair[0]):
+                with contextlib.suppress(AttributeError, TypeError):
+                    setattr(exc, pair[0], attr)
     add_note = getattr(exc, "add_note", None)  # Python 3.11+: on 3.10 the notes are dropped
     for note in notes:
         if type(note) is str and add_note is not None:
@@ -225,6 +231,32 @@ def build_exception(
         except BaseException as raised:  # noqa: BLE001 - only to attach the traceback
             return raised
     return exc
+
+
+def _inert(value: Any, ch: Channel) -> Any:
+    """`value`, or in the grader (an untrusting end) the text `<Name>` when it holds a handle of
+    the other side's object anywhere (a decoded value is a tree of the codec's table)."""
+    name = None if ch.trusting else _handle_in(value)
+    return value if name is None else f"<{name}>"
+
+
+def _handle_in(v: Any, depth: int = 0) -> str | None:
+    """The name of the first handle of the other side's inside `v`, or None."""
+    if isinstance(v, (Remote, RemoteModule)):
+        return str(object.__getattribute__(v, "_name") if isinstance(v, Remote) else v.__name__)
+    if depth > 400:  # deeper than a decoded value can be: hold it as unknown
+        return "value"
+    if type(v) in (list, tuple, set, frozenset):
+        items: Any = v
+    elif type(v) is dict:
+        items = [*v.keys(), *v.values()]
+    elif type(v) is slice:
+        items = (v.start, v.stop, v.step)
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):  # a trace record
+        items = [getattr(v, f.name) for f in dataclasses.fields(v)]
+    else:
+        return None
+    return next((n for n in (_handle_in(x, depth + 1) for x in items) if n is not None), None)
 
 
 def _instance(cls: type[BaseException], args: list[Any], text: str, ch: Channel) -> BaseException:

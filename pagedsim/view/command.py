@@ -23,14 +23,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..io.args import ArgParser, distinct_files, float_in, int_in
 from ..text.lang import LANGS, detect
 from . import page_html, sources, write_html
 from . import stream as stream_page
 
+YEAR = 365 * 24 * 3600  # seconds: the longest --duration or --refresh
+
 
 def _parser():
-    from ..io.args import ArgParser, int_in
-
     p = ArgParser(prog="pagedsim view", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "trace",
@@ -58,8 +59,9 @@ def _parser():
     )
     live.add_argument("--replay", metavar="URL", help="vLLM's replay endpoint: ask gaps back")
     live.add_argument("--max-events", type=int_in(1, 1 << 40), default=None, help="stop after N")
-    live.add_argument("--duration", type=float, default=None, help="stop after SECONDS")
-    live.add_argument("--refresh", type=float, default=1.0, help="rewrite the page every SECONDS")
+    seconds = float_in(0, YEAR, open_low=True)  # nan would never stop, nor ever refresh
+    live.add_argument("--duration", type=seconds, default=None, help="stop after SECONDS")
+    live.add_argument("--refresh", type=seconds, default=1.0, help="rewrite the page every SECONDS")
     live.add_argument(
         "--save", type=Path, metavar="FILE", help="keep the stream (.kvcap or JSON lines)"
     )
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     lang = detect(args.lang)
+    distinct_files(p, {"FILE": args.trace}, {"--html": args.html, "--save": args.save})
     if args.zmq:
         if args.trace:
             p.error("give FILE or --zmq URL, not both")

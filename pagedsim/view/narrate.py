@@ -119,16 +119,18 @@ def _got(new: dict, told: set) -> list:
 
 def _departures(frames: list, spans: list) -> tuple[dict, dict, dict]:
     """(first step each sequence was scheduled in, the steps it was preempted in, the step it
-    finished in): a sequence that leaves the live set and is scheduled again later was
-    preempted; one that is never scheduled again finished."""
+    finished in): a sequence that leaves the live set (or runs in a step and is not live after
+    it: a request whose prompt was all cached, done in one step) and is scheduled again later
+    was preempted; one that is never scheduled again finished."""
     scheduled: dict = {}
     left: dict = {}
     live_before: set = set()
     for i, frame in enumerate(frames):
         live = {seq_name(s.seq_id) for s in frame.sequences}
+        ran = {seq for seq, *_ in spans[i]}
         for seq, *_ in spans[i]:
             scheduled.setdefault(seq, i)
-        for seq in sorted(live_before - live):
+        for seq in sorted((live_before | ran) - live):
             left.setdefault(seq, []).append(i)
         live_before = live
     preempted, finished = {}, {}

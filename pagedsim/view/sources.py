@@ -157,7 +157,10 @@ def generate(engine, steps, lang: str = "en") -> dict:
         flags[i] = flags.get(i, []) + kinds
     # the kernel's view: one layer of the served model, K/V float32 as the engine keeps them
     shape = list(shape_of(engine.model.config, dtype_bytes=4))
-    story = {"details": told.details, "timeline": told.timeline, "shape": shape}
+    # a row per sequence the page draws: one that came and went within a step holds none
+    drawn = {seq_name(s.seq_id) for f in frames for s in f.sequences}
+    timeline = [row for row in told.timeline if row[0] in drawn]
+    story = {"details": told.details, "timeline": timeline, "shape": shape}
     if any(told.host):
         story["host"] = told.host
     options = PageOptions(

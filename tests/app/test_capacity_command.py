@@ -233,8 +233,10 @@ def test_bad_arguments_exit_2_with_one_line_and_no_traceback(argv, capsys):
 @pytest.mark.parametrize(
     "cfg, says",
     [
-        ("{not json", "not a JSON config"),
-        ("[1, 2]", "must be a JSON object"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "a JSON object"),
+        ("[" * 100_000, "nested too deeply"),  # was a line that named no file
+        ('{"num_hidden_layers": ' + "9" * 5000 + "}", "not valid JSON"),  # and this one
         ('{"hidden_size": 64}', "no 'num_hidden_layers'"),
         (
             '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6, '
@@ -283,6 +285,18 @@ def test_a_broken_config_json_is_named_in_one_line(cfg, says, tmp_path, capsys):
     rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
     assert rc == 2 and out == "" and len(err.splitlines()) == 1
     assert says in err and str(tmp_path) in err
+
+
+def test_a_huge_config_json_is_refused_by_its_size_before_a_byte_is_read(tmp_path, capsys):
+    """A sparse file one byte over the checkpoint reader's cap: before the fix capacity read
+    all of it (6 GiB resident for a 3 GiB file)."""
+    from pagedsim.engine.hf_json import MAX_JSON_BYTES
+
+    with open(tmp_path / "config.json", "wb") as f:
+        f.truncate(MAX_JSON_BYTES + 1)
+    rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
+    assert f"over {MAX_JSON_BYTES:,} bytes is refused" in err and str(tmp_path) in err
 
 
 @given(

@@ -71,6 +71,19 @@ def test_deeply_nested_json_is_the_loaders_error_not_a_recursion_error(tmp_path,
     assert "config.json" in one_line(e)
 
 
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+def test_an_integer_too_long_for_python_to_parse_is_the_loaders_error_naming_the_file(
+    tmp_path, name
+):
+    """Python refuses to parse an integer of over 4,300 digits: a ValueError that named no
+    file before it became the loader's CheckpointError."""
+    d = write_checkpoint(tmp_path)
+    (d / name).write_text('{"max_new_tokens": ' + "9" * 5000 + "}")
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert f"{name}: not valid JSON" in one_line(e)
+
+
 def test_a_huge_config_json_is_refused_by_its_size_before_parsing(tmp_path):
     d = write_checkpoint(tmp_path)
     with open(d / "config.json", "w") as f:

@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.app import cli
 from pagedsim.io import trace_json
+from pagedsim.io.args import ArgParser, distinct_files
 from pagedsim.io.trace_json import load_snapshots, snapshots_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -132,6 +135,33 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
     "check of an unknown exercise": (["check", "bogus"], "bogus"),
     "check --timeout nan": (["check", "3.1", "--timeout", "nan"], "--timeout"),
     "lesson 9.9": (["lesson", "9.9"], "9.9"),
+    # an output that is an input (or the other output) was overwritten with no word said
+    "play SCRIPT --trace-out SCRIPT": (
+        ["play", "script.txt", "--trace-out", "script.txt"],
+        "SCRIPT",
+    ),
+    "play --trace T --html ./T": (
+        ["play", "--trace", "good.json", "--html", "./good.json"],
+        "--trace",
+    ),
+    "play --html P --trace-out P": (
+        ["play", "script.txt", "--html", "p.html", "--trace-out", "p.html"],
+        "--html",
+    ),
+    "view T --html T": (["view", "good.json", "--html", "good.json"], "FILE"),
+    "view --zmq --html P --save P": (
+        ["view", "--zmq", "tcp://127.0.0.1:9", "--html", "p.html", "--save", "p.html"],
+        "--html",
+    ),
+    "generate --html P --trace-out P": (
+        ["generate", "--html", "p.html", "--trace-out", "full/../p.html"],
+        "--html",
+    ),
+    **{
+        f"view --zmq {flag} {v}": (["view", "--zmq", "tcp://127.0.0.1:9", flag, v], flag)
+        for flag in ("--duration", "--refresh")
+        for v in ("nan", "inf", "0", "-1")
+    },
 }
 
 
@@ -232,3 +262,26 @@ def test_a_trace_naming_an_unknown_block_is_refused_on_the_command_line(here):
         and "Traceback" not in got.stderr
     )
     assert "999" in got.stderr
+
+
+@given(
+    spelling=st.sampled_from(["a.json", "./a.json", "sub/../a.json", "link", "new.html"]),
+    read=st.sampled_from(["a.json", "b.json", "sub/../b.json"]),
+)
+@settings(max_examples=30, deadline=None)
+def test_an_output_is_refused_exactly_when_it_names_an_input_by_any_spelling(
+    tmp_path_factory, spelling, read
+):
+    d = tmp_path_factory.mktemp("same")
+    (d / "sub").mkdir()
+    (d / "a.json").write_text("{}")
+    (d / "b.json").write_text("{}")
+    (d / "link").symlink_to(d / "a.json")
+    same = (d / spelling).resolve() == (d / read).resolve()
+    if same:
+        with pytest.raises(SystemExit):
+            distinct_files(ArgParser(prog="t"), {"FILE": d / read}, {"--html": d / spelling})
+    else:
+        distinct_files(ArgParser(prog="t"), {"FILE": d / read}, {"--html": d / spelling})
+    with pytest.raises(SystemExit):  # two outputs in one file
+        distinct_files(ArgParser(prog="t"), {}, {"--html": d / spelling, "--save": d / spelling})

@@ -189,3 +189,16 @@ def test_the_page_badge_names_the_scheduler_that_served_the_run(swapping):
         other = "v1" if engine.mode == "v0" else "v0"
         assert f"Scheduler{engine.mode.upper()}" in version, (engine.mode, version)
         assert f"Scheduler{other.upper()}" not in version, (engine.mode, version)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 3])
+def test_a_request_done_within_one_step_is_told_finished_and_the_page_builds(max_tokens):
+    """With max_tokens 2 the mix's r3.0 (its prompt all cached) runs one step and is gone
+    before any snapshot holds it: `generate --max-tokens 2 --html` refused its own page
+    ("story.timeline names ... one not in the trace") before the fix."""
+    llm, _ = serve(workload=Workload(max_tokens=max_tokens), check_dense=False)
+    engine, marks = llm.llm_engine, llm.steps
+    told = narrate(step_frames(engine, marks), engine.log)
+    assert all(end >= 0 for *_, end in told.timeline), told.timeline  # every request ends
+    data = page_data(**sources.generate(engine, marks))
+    assert {q for q, *_ in data.get("timeline", [])} <= set(data["seqs"])
