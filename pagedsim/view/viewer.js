@@ -756,15 +756,38 @@
     const key = [kernelSeq, part, t ? t.n + ":" + t.blocks.join(",") : "", tot.reserved, tot.used, tot.held, tot.stored, s.order.join(",")].join("|");
     if (key === kernelKey) return;
     kernelKey = key;
-    kernelEl.hidden = false; kernelEl.textContent = "";
-    kernelEl.append(el("h2", {}, kw("kernel's view: paged attention, one decode step", {})));
-    line(kernelEl, kernelShape(K), "kshape");
-    if (t === null) { kernelEl.removeAttribute("data-seq"); line(kernelEl, UI["(no sequences)"]); return; }
-    kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
-    kernelEl.setAttribute("data-part", String(part));
-    const grid = el("div", { class: "kgrid" });
-    grid.append(kernelRead(K, s, t, part, tot), kernelMemory(K, s, tot));
-    kernelEl.append(grid);
+    kernelEl.hidden = false;
+    // built apart, then only what differs is written into the panel: a step that adds a token
+    // changes a few texts and widths, and a rebuild would restyle and lay out ~600 elements
+    const next = el("section", {});
+    next.append(el("h2", {}, kw("kernel's view: paged attention, one decode step", {})));
+    line(next, kernelShape(K), "kshape");
+    if (t === null) { kernelEl.removeAttribute("data-seq"); line(next, UI["(no sequences)"]); }
+    else {
+      kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
+      kernelEl.setAttribute("data-part", String(part));
+      const grid = el("div", { class: "kgrid" });
+      grid.append(kernelRead(K, s, t, part, tot), kernelMemory(K, s, tot));
+      next.append(grid);
+    }
+    morphChildren(kernelEl, next);
+  }
+  // make `old`'s children look like `neu`'s: a child equal to its new self is kept, a box whose
+  // own attributes are unchanged is patched inside, any other child is swapped whole (writing a
+  // live node attribute by attribute costs more than swapping it)
+  function morphChildren(old, neu) {
+    const want = Array.from(neu.childNodes), have = Array.from(old.childNodes);
+    want.forEach((b, i) => {
+      const a = have[i];
+      if (!a) old.append(b);
+      else if (a.isEqualNode(b)) return;
+      else if (a.nodeType === 1 && a.nodeName === b.nodeName && sameAttributes(a, b) && b.firstElementChild) morphChildren(a, b);
+      else a.replaceWith(b);
+    });
+    for (const a of have.slice(want.length)) a.remove();
+  }
+  function sameAttributes(a, b) {
+    return a.attributes.length === b.attributes.length && Array.from(b.attributes).every((x) => a.getAttribute(x.name) === x.value);
   }
   // the query -> its table row -> the blocks in read order, each cell in its partition's colour
   function kernelRead(K, s, t, part, tot) {

@@ -218,6 +218,54 @@ def test_the_choice_is_kept_across_steps_and_presentation_mode_hides_it_behind_k
     loaded.check_clean()
 
 
+PANEL = """() => { const k = document.querySelector('#kernel');
+  return {html: k.outerHTML, seq: k.dataset.seq,
+          phys: [...k.querySelectorAll('.kcell')].map((e) => e.dataset.phys).join(',')}; }"""
+TAG = "() => document.querySelectorAll('#kernel *').forEach((e) => { e.kept = true; })"
+# every cell but the last, whose fill grew: it is drawn again
+KEPT = "() => [...document.querySelectorAll('#kernel .kcell')].slice(0, -1).every((e) => e.kept)"
+
+
+def walk(open_page, html: str, n: int, rnd) -> int:
+    """Every next step, then jumps; at a few steps the panel must be the one a page opened
+    there draws (for the same sequence). Returns how many steps kept the panel's cells."""
+    walked = load(open_page, html).page
+    checked, kept = set(rnd.sample(range(n), min(3, n))), 0
+    for i in [*range(n), *rnd.sample(range(n), min(4, n))]:
+        before = walked.evaluate(PANEL)
+        walked.evaluate(TAG)
+        walked.evaluate(f"window.pagedsimViewer.go({i})")
+        after = walked.evaluate(PANEL)
+        if (after["seq"], after["phys"]) == (before["seq"], before["phys"]) and after["phys"]:
+            assert walked.evaluate(KEPT), i
+            kept += 1
+        if i in checked:
+            checked.discard(i)
+            fresh = open_page(html, name=f"fresh{i}.html", fragment=f"#step={i}").page
+            if fresh.evaluate(PANEL)["seq"] != after["seq"]:  # a step that wrote no table keeps
+                fresh.eval_on_selector(  # the walk's sequence: choose it by its name
+                    f'#tables [data-seq="{after["seq"]}"] .seq', "e => e.click()"
+                )
+            assert fresh.evaluate(PANEL) == after, i
+    return kept
+
+
+def test_stepping_through_the_tour_patches_the_panel_and_keeps_its_cells(open_page):
+    """A step that only fills slots of the chosen sequence's blocks keeps the panel's other
+    cells (a rebuild restyled and laid out ~600 elements per step); the panel is the one that
+    opening the step draws."""
+    page = tour_app.tour_page("en")
+    n = len(page["trace_or_snapshots"])
+    assert walk(open_page, to_html(**page), n, random.Random(n)) >= 2  # tour steps 3 and 7
+
+
+@in_chromium(1)
+@given(st.integers(0, 2**16), st.randoms(use_true_random=False))
+def test_stepping_through_a_play_page_draws_what_opening_each_step_does(open_page, seed, rnd):
+    page = sources.play(long_play(seed, Options(256, 16)))  # not big: the panel is always drawn
+    walk(open_page, to_html(**page), len(page["trace_or_snapshots"]), rnd)
+
+
 def test_a_generate_page_uses_the_served_models_shape_and_keeps_it_in_its_trace():
     from pagedsim.config import CacheConfig
     from pagedsim.engine.generate import Workload, serve
