@@ -121,11 +121,28 @@ def mark_of(e: dict) -> str | None:
     )
 
 
-def read_trace(trace: Path) -> list:
-    """The events of a Chromium trace file, its temporary folder removed."""
+@contextlib.contextmanager
+def chromium():
+    """The system Chromium, headless (ARGS), closed after the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@contextlib.contextmanager
+def traced(browser, tab, categories: list):
+    """Chromium's trace of `tab` during the block: the list yielded holds its events after."""
+    trace = Path(tempfile.mkdtemp()) / "trace.json"
+    events: list = []
+    browser.start_tracing(page=tab, path=str(trace), categories=categories)
+    yield events
+    browser.stop_tracing()
     data = json.loads(trace.read_text(encoding="utf-8"))
     shutil.rmtree(trace.parent)
-    return data["traceEvents"] if isinstance(data, dict) else data
+    events += data["traceEvents"] if isinstance(data, dict) else data
 
 
 def outer_tasks(events: list, thread: tuple, name: str = "RunTask") -> list:
@@ -199,13 +216,12 @@ def per_change(events: list, thread: tuple, fired: list, phases: dict = PHASES) 
     return rows
 
 
-def cpu_times(trace: Path, counts: dict) -> dict:
+def cpu_times(events: list, counts: dict) -> dict:
     """The renderer main thread's CPU time (thread time, so the load of other processes on a
     shared machine counts far less than in wall time) for each step change, the layout it
     forces included, and for the frame after it (style, layout, paint, layerize: what the
     change costs before it is on screen), from a Chromium trace of the TIMING run; medians
     by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
-    events = read_trace(trace)
     # each change is marked (console.timeStamp) in its task; the page's own timers (a URL
     # written when steps pause) are not changes
     fires = [e for e in events if mark_of(e) == MARK]
@@ -261,11 +277,8 @@ def busy(on: bool):
 def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = False) -> list[dict]:
     """Each page's load time and step-change times, the pages timed in turn in one browser;
     `cpu`: the run is traced and `cpu_times` added."""
-    from playwright.sync_api import sync_playwright
-
     out = []
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with chromium() as b:
         for path in pages:
             page = b.new_page(viewport=VIEWPORT)
             t0 = time.perf_counter()
@@ -273,12 +286,9 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
             load = time.perf_counter() - t0
             n = page.evaluate("window.pagedsimViewer.count()")
             rng = random.Random(seed)
-            if cpu:
-                trace = Path(tempfile.mkdtemp()) / "trace.json"
-                b.start_tracing(page=page, path=str(trace), categories=TRACED)
-            timing = page.evaluate(TIMING, [[rng.randrange(n) for _ in range(samples)], samples])
-            if cpu:
-                b.stop_tracing()
+            jumps = [rng.randrange(n) for _ in range(samples)]
+            with traced(b, page, TRACED) if cpu else contextlib.nullcontext([]) as events:
+                timing = page.evaluate(TIMING, [jumps, samples])
             page.close()
             summary = {"page": str(path), "page_bytes": path.stat().st_size}
             summary.update(load_s=round(load, 3), steps=n)
@@ -287,9 +297,8 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
                 summary[f"{kind}_ms_p95"] = round(sorted(values)[int(0.95 * (len(values) - 1))], 2)
                 summary[f"{kind}_ms_max"] = round(max(values), 2)
             if cpu:
-                summary.update(cpu_times(trace, {k: len(v) for k, v in timing.items()}))
+                summary.update(cpu_times(events, {k: len(v) for k, v in timing.items()}))
             out.append(summary)
-        b.close()
     return out
 
 
@@ -310,24 +319,17 @@ def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
     thread's CPU per jump (the change's task and its thread's tasks up to its next jump),
     and the median of the per-jump ratios second / first, which the load moves far less
     than either page's own figure."""
-    from playwright.sync_api import sync_playwright
-
     marks = [f"{MARK}-{k}" for k in range(len(pages))] + [f"{MARK}-end"]
-    trace = Path(tempfile.mkdtemp()) / "trace.json"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with chromium() as b:
         tabs = [show(b.new_page(viewport=VIEWPORT), path) for path in pages]
         rng, n = random.Random(seed), tabs[0].evaluate("window.pagedsimViewer.count()")
-        b.start_tracing(page=tabs[0], path=str(trace), categories=TRACED)
-        for j in range(jumps):
-            i = rng.randrange(n)
-            for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
-                tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
-        for tab in tabs:
-            tab.evaluate(PAIRED_JUMP, [0, marks[-1]])
-        b.stop_tracing()
-        b.close()
-    events = read_trace(trace)
+        with traced(b, tabs[0], TRACED) as events:
+            for j in range(jumps):
+                i = rng.randrange(n)
+                for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
+                    tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
+            for tab in tabs:
+                tab.evaluate(PAIRED_JUMP, [0, marks[-1]])
     per_thread = collections.defaultdict(list)
     for e in events:
         if mark_of(e) in marks:

@@ -16,7 +16,6 @@ import bisect
 import collections
 import random
 import statistics
-import tempfile
 from pathlib import Path
 
 import bench_viewer as bench
@@ -38,11 +37,7 @@ WHY_EVENTS = {  # an element marked for a style recalc, a layout object marked f
 def record(page: Path, kind: str, count: int, why: bool, seed: int = 7) -> tuple[list, list]:
     """The trace events of `count` step changes of `kind` ("next": from step 12 on, one at a
     time, as `bench_viewer --cpu`'s next steps; "jump": random), and their marks in order."""
-    from playwright.sync_api import sync_playwright
-
-    trace = Path(tempfile.mkdtemp()) / "trace.json"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=bench.CHROMIUM, args=bench.ARGS)
+    with bench.chromium() as b:
         tab = bench.show(b.new_page(viewport=bench.VIEWPORT), page)
         n, rng = tab.evaluate("window.pagedsimViewer.count()"), random.Random(seed)
         if kind == "next":
@@ -52,14 +47,12 @@ def record(page: Path, kind: str, count: int, why: bool, seed: int = 7) -> tuple
             steps = [rng.randrange(n) for _ in range(count)]
         for i in warm:
             tab.evaluate(bench.PAIRED_JUMP, [i, "warm"])
-        b.start_tracing(page=tab, path=str(trace), categories=TRACED + (WHY if why else []))
         marks = [f"{bench.MARK}:{kind} {k}: step {i}" for k, i in enumerate(steps)]
-        for i, mark in zip(steps, marks, strict=True):
-            tab.evaluate(bench.PAIRED_JUMP, [i, mark])
-        tab.evaluate(bench.PAIRED_JUMP, [steps[-1] + 1, f"{bench.MARK}:end"])
-        b.stop_tracing()
-        b.close()
-    return bench.read_trace(trace), [*marks, f"{bench.MARK}:end"]
+        with bench.traced(b, tab, TRACED + (WHY if why else [])) as events:
+            for i, mark in zip(steps, marks, strict=True):
+                tab.evaluate(bench.PAIRED_JUMP, [i, mark])
+            tab.evaluate(bench.PAIRED_JUMP, [steps[-1] + 1, f"{bench.MARK}:end"])
+    return events, [*marks, f"{bench.MARK}:end"]
 
 
 def split(events: list, marks: list) -> list[dict]:
