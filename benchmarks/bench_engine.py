@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -121,8 +126,6 @@ def one_side(
 ) -> dict:
     """Generate in this process with pagedsim or transformers; CPU time and peak memory.
     `budget`: pagedsim's max_num_batched_tokens."""
-    import resource
-
     rng = np.random.default_rng(0)
     config = json.loads((Path(directory) / "config.json").read_text())
     ids = rng.integers(1, config["vocab_size"], (batch, prompt))
@@ -169,9 +172,6 @@ ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_N
 
 def run_side(python: str, side: str, directory: str, batch: int, a: argparse.Namespace):
     """One side's row, measured in a fresh process with one BLAS / torch thread."""
-    import os
-    import subprocess
-
     done = subprocess.run(
         [python, __file__, "--one", side, "--model", directory, "--batch", str(batch)]
         + ["--prompt", str(a.prompt), "--tokens", str(a.tokens), "--budget", str(a.budget)],
@@ -186,9 +186,6 @@ def run_side(python: str, side: str, directory: str, batch: int, a: argparse.Nam
 def vs_transformers(directory: str, label: str, a: argparse.Namespace) -> None:
     """Side-by-side rows, the two sides alternating `a.repeats` times (each a fresh process),
     then the median of the per-pair ratios, which a loaded machine moves less than a rate."""
-    import statistics
-    import sys
-
     for batch in [int(b) for b in a.batches.split(",")]:
         ratios = []
         for _ in range(a.repeats):

@@ -2,11 +2,9 @@
 
     python benchmarks/bench_kv_events.py [--n 3000 30000] [--old-max 3000]
 
-The worst case for the old replay (issue 40): one BlockStored chain of N blocks, then N
-events each storing one child of its last block. Per N: reading the stream,
-`kv_events.timeline` and `view.stream.page_data`; wall time of one run, then tracemalloc's
-peak in a second. On an old tree (no `timeline`; benchmarks/README.md says how) it measures
-what that had: `replay` over 8 frames (N <= --old-max) and every frame (<= --old-every-max).
+The stream, the measurements and the old tree they compare with (`--old-max`,
+`--old-every-max`: its `replay`) are in benchmarks/README.md, "Replaying a vLLM KV event
+stream".
 """
 
 from __future__ import annotations

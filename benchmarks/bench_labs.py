@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import timeit
 from functools import partial
 
 from pagedsim import workloads
@@ -20,27 +20,21 @@ from pagedsim.labs import sweep, waste
 NUM_REQUESTS = 10_000
 
 
-def best_of(repeats: int, fn) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     reqs = workloads.synthetic("sharegpt", NUM_REQUESTS, seed=0)
+    runs = {
+        "waste_static_s": partial(waste.breakdown, reqs, 16, 2048, "static"),
+        "waste_continuous_s": partial(waste.breakdown, reqs, 16, 2048, "continuous"),
+        "sweep_s": partial(sweep.sweep, reqs),
+    }
+    # best of --repeats, the collector on as in use (timeit turns it off unless told)
     results = {
-        "waste_static_s": best_of(args.repeats, partial(waste.breakdown, reqs, 16, 2048, "static")),
-        "waste_continuous_s": best_of(
-            args.repeats, partial(waste.breakdown, reqs, 16, 2048, "continuous")
-        ),
-        "sweep_s": best_of(args.repeats, partial(sweep.sweep, reqs)),
+        name: min(timeit.repeat(run, "gc.enable()", number=1, repeat=args.repeats))
+        for name, run in runs.items()
     }
     results["total_s"] = sum(results.values())
     if args.json:

@@ -1,34 +1,15 @@
 """The trace page at scale: page size and step-change time for 2,000 steps on 4,096 blocks.
 
-A random playground scenario (`scenario`) drives a real `Session` on a pool of 4,096
-blocks x 16 tokens until it has 2,000 steps: prompts, decodes, beam-search forks,
-finishes and, when the pool runs dry, OutOfBlocks steps. The scenario is written as a
-play script, so the same page comes from the command line:
+A random playground scenario (`scenario`) drives a real `Session`; it is written as a play
+script, so the same page comes from the command line:
 
     python benchmarks/bench_viewer.py --script /tmp/long.play     (writes the script too)
     pagedsim play /tmp/long.play --num-gpu-blocks-override 4096 --block-size 16 --html long.html
 
-Measured: the page's size in bytes (target <= 6 MB), the time to write it, and, in a
-headless system Chromium (Playwright; never a browser download), the time from load to
-the first drawn step and the time of one step change including the layout it forces, by
-kind: next and previous step (ArrowRight / ArrowLeft), a random jump (`go(i)`, what a
-`#step=i` link does), the scrubber (its input event) and Home/End. Target: under 100 ms
-per step change, every kind. Times are wall-clock on this machine; run it on an idle one.
-On a shared one, `--cpu` also traces the run and reports the renderer main thread's CPU
-time (thread time) per step change and per frame after it (the paint that puts the change
-on screen), each also split into style, layout, pre-paint, paint and layerize, which the
-load of other processes moves far less; tracing slows the wall-clock figures of that run,
-so compare those from runs without it.
-
-    python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
-    python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
-    python benchmarks/bench_viewer.py --page a.html --page b.html --cpu
-    python benchmarks/bench_viewer.py --page a.html --page b.html --busy --samples 20
-    python benchmarks/bench_viewer.py --page a.html --page b.html --paired 40
-
-`--paired` opens the two pages in two tabs of one traced browser and makes the same random
-jump in each in turn: the median of the per-jump CPU ratios is what to compare on a
-machine whose load moves each page's own figure by tens of percent from run to run.
+Measured in headless system Chromium (Playwright, never a browser download): the page's size
+(target <= 6 MB), the time to write and to load it, and each kind of step change (TIMING;
+target < 100 ms); `--cpu` adds the renderer's CPU (`cpu_times`), `--paired` compares two
+pages jump by jump (`paired_jumps`). benchmarks/README.md has the method and the figures.
 """
 
 from __future__ import annotations
@@ -123,6 +104,14 @@ TIMING = """async ([jumps, samples]) => {
 
 TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]  # RunTask is in the second
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"  # Debian's, never a download
+VIEWPORT = {"width": 1600, "height": 1000}
+
+
+def show(tab, path: Path):
+    """The browser tab with the saved page `path` loaded and its viewer started."""
+    tab.goto(path.resolve().as_uri())
+    tab.wait_for_function("() => window.pagedsimViewer !== undefined")
+    return tab
 
 
 def mark_of(e: dict) -> str | None:
@@ -132,51 +121,28 @@ def mark_of(e: dict) -> str | None:
     )
 
 
-def cpu_times(trace: Path, counts: dict) -> dict:
-    """The renderer main thread's CPU time (thread time, so the load of other processes on a
-    shared machine counts far less than in wall time) for each step change, the layout it
-    forces included, and for the frame after it (style, layout, paint, layerize: what the
-    change costs before it is on screen), from a Chromium trace of the TIMING run; medians
-    by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
+@contextlib.contextmanager
+def chromium():
+    """The system Chromium, headless (ARGS), closed after the block."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@contextlib.contextmanager
+def traced(browser, tab, categories: list):
+    """Chromium's trace of `tab` during the block: the list yielded holds its events after."""
+    trace = Path(tempfile.mkdtemp()) / "trace.json"
+    events: list = []
+    browser.start_tracing(page=tab, path=str(trace), categories=categories)
+    yield events
+    browser.stop_tracing()
     data = json.loads(trace.read_text(encoding="utf-8"))
-    events = data["traceEvents"] if isinstance(data, dict) else data
-    # each change is marked (console.timeStamp) in its task; the page's own timers (a URL
-    # written when steps pause) are not changes
-    fires = [e for e in events if mark_of(e) == MARK]
-    if not fires:
-        return {"cpu": "not measured: no change marked in the trace"}
-    pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
-    fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
-    if len(fires) != sum(counts.values()):
-        return {"cpu": f"not measured: {len(fires)} marks for {sum(counts.values())} changes"}
-    tasks = outer_tasks(events, (pid, tid))
-    starts = [t["ts"] for t in tasks]  # these do not overlap
-    holder = []  # the index of the task each change ran in
-    for f in fires:
-        i = bisect.bisect_right(starts, f["ts"]) - 1
-        if i < 0 or f["ts"] >= starts[i] + tasks[i]["dur"]:
-            return {"cpu": f"not measured: change {len(holder)} ran outside every task"}
-        holder.append(i)
-    change = [tasks[i].get("tdur", 0) / 1000 for i in holder]
-    frame, spans = [], [(tasks[i]["ts"], tasks[i]["ts"] + tasks[i]["dur"]) for i in holder]
-    frame_spans = []
-    for i, j in zip(holder, holder[1:], strict=False):
-        lo = bisect.bisect_left(starts, starts[i] + tasks[i]["dur"], i + 1)
-        hi = bisect.bisect_left(starts, starts[j])
-        frame.append(sum(t.get("tdur", 0) for t in tasks[lo:hi]) / 1000)
-        frame_spans.append((starts[i] + tasks[i]["dur"], starts[j]))
-    change_phases = phase_split(events, (pid, tid), spans)
-    frame_phases = phase_split(events, (pid, tid), frame_spans)
-    out, at = {}, 0
-    for kind, n in counts.items():
-        out[f"{kind}_cpu_ms_median"] = round(statistics.median(change[at : at + n]), 2)
-        out[f"{kind}_cpu_phases"] = phase_medians(change_phases[at : at + n])
-        frames = frame[at : at + n]  # the last change has no frame after it in the trace
-        if frames:
-            out[f"{kind}_frame_cpu_ms_median"] = round(statistics.median(frames), 2)
-            out[f"{kind}_frame_cpu_phases"] = phase_medians(frame_phases[at : at + n])
-        at += n
-    return out
+    shutil.rmtree(trace.parent)
+    events += data["traceEvents"] if isinstance(data, dict) else data
 
 
 def outer_tasks(events: list, thread: tuple, name: str = "RunTask") -> list:
@@ -199,6 +165,22 @@ def outer_tasks(events: list, thread: tuple, name: str = "RunTask") -> list:
     return tasks
 
 
+def within(found: list, t0: float, t1: float) -> list:
+    """The events of a time-ordered list that start in [t0, t1)."""
+    at = [e["ts"] for e in found]
+    return found[bisect.bisect_left(at, t0) : bisect.bisect_left(at, t1)]
+
+
+def cpu_ms(found: list) -> float:
+    """The thread time (ms) of these trace events."""
+    return sum(e.get("tdur", 0) for e in found) / 1000
+
+
+def cpu_median(rows: list, key: str) -> float:
+    """The median over `rows` (of `per_change`) of their `key` events' thread time (ms)."""
+    return statistics.median(cpu_ms(r[key]) for r in rows)
+
+
 # the rendering phases a change and its frame are split into (trace event -> name shown)
 PHASES = {
     "UpdateLayoutTree": "style",
@@ -209,38 +191,61 @@ PHASES = {
 }
 
 
-def phase_split(events: list, thread: tuple, spans: list) -> list[dict]:
-    """For each (start, end) span, the thread's CPU time (ms) in each of PHASES; an event
-    nested in one of the same name (a paint inside a paint) is counted in the outer one."""
-    found = sorted(
-        (
-            e
-            for e in events
-            if e.get("name") in PHASES
-            and e.get("ph") == "X"
-            and (e.get("pid"), e.get("tid")) == thread
-        ),
-        key=lambda e: (e["ts"], -e["dur"]),
-    )
-    outer: list = []
-    ends: dict = {}
-    for e in found:
-        if e["ts"] >= ends.get(e["name"], -1):
-            outer.append(e)
-            ends[e["name"]] = e["ts"] + e["dur"]
-    at = [e["ts"] for e in outer]
-    split = []
-    for t0, t1 in spans:
-        took = dict.fromkeys(PHASES.values(), 0.0)
-        for e in outer[bisect.bisect_left(at, t0) : bisect.bisect_left(at, t1)]:
-            took[PHASES[e["name"]]] += e.get("tdur", 0) / 1000
-        split.append(took)
-    return split
+def per_change(events: list, thread: tuple, fired: list, phases: dict = PHASES) -> list[dict]:
+    """For each change marked at a time of `fired` (in order), trace events of the renderer
+    thread: "change", the task it ran in; "frame", the tasks after it up to the next change's
+    (what puts it on screen; None after the last); "change.<phase>" and "frame.<phase>", the
+    outermost events of each of `phases` in them. ValueError for a change outside every task."""
+    tasks = outer_tasks(events, thread)
+    starts = [t["ts"] for t in tasks]  # these do not overlap
+    outer = {name: outer_tasks(events, thread, name) for name in phases}
+    held = []  # the index of the task each change ran in
+    for ts in fired:
+        i = bisect.bisect_right(starts, ts) - 1
+        if i < 0 or ts >= starts[i] + tasks[i]["dur"]:
+            raise ValueError(f"change {len(held)} ran outside every task")
+        held.append(i)
+    rows = []
+    for i, j in zip(held, [*held[1:], None], strict=True):
+        end = starts[i] + tasks[i]["dur"]
+        row = {"change": [tasks[i]], "frame": None if j is None else tasks[i + 1 : j]}
+        for name, label in phases.items():
+            row[f"change.{label}"] = within(outer[name], starts[i], end)
+            row[f"frame.{label}"] = None if j is None else within(outer[name], end, starts[j])
+        rows.append(row)
+    return rows
 
 
-def phase_medians(split: list[dict]) -> str:
-    """'style 5.4, layout 5.2, ...': the median of each phase over the changes of a kind."""
-    return ", ".join(f"{k} {statistics.median(d[k] for d in split):.1f}" for k in PHASES.values())
+def cpu_times(events: list, counts: dict) -> dict:
+    """The renderer main thread's CPU time (thread time, so the load of other processes on a
+    shared machine counts far less than in wall time) for each step change, the layout it
+    forces included, and for the frame after it (style, layout, paint, layerize: what the
+    change costs before it is on screen), from a Chromium trace of the TIMING run; medians
+    by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
+    # each change is marked (console.timeStamp) in its task; the page's own timers (a URL
+    # written when steps pause) are not changes
+    fires = [e for e in events if mark_of(e) == MARK]
+    if not fires:
+        return {"cpu": "not measured: no change marked in the trace"}
+    pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
+    fires = sorted(e["ts"] for e in fires if (e["pid"], e["tid"]) == (pid, tid))
+    if len(fires) != sum(counts.values()):
+        return {"cpu": f"not measured: {len(fires)} marks for {sum(counts.values())} changes"}
+    try:
+        rows = per_change(events, (pid, tid), fires)
+    except ValueError as why:
+        return {"cpu": f"not measured: {why}"}
+    out, at = {}, 0
+    for kind, n in counts.items():
+        for part, key in (("change", "cpu"), ("frame", "frame_cpu")):
+            done = [r for r in rows[at : at + n] if r[part] is not None]  # the last: no frame
+            if done:
+                out[f"{kind}_{key}_ms_median"] = round(cpu_median(done, part), 2)
+                out[f"{kind}_{key}_phases"] = ", ".join(
+                    f"{v} {cpu_median(done, f'{part}.{v}'):.1f}" for v in PHASES.values()
+                )
+        at += n
+    return out
 
 
 def _spin(stop) -> None:  # a busy process: what a loaded teaching machine runs beside the page
@@ -272,26 +277,18 @@ def busy(on: bool):
 def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = False) -> list[dict]:
     """Each page's load time and step-change times, the pages timed in turn in one browser;
     `cpu`: the run is traced and `cpu_times` added."""
-    from playwright.sync_api import sync_playwright
-
     out = []
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    with chromium() as b:
         for path in pages:
-            page = b.new_page(viewport={"width": 1600, "height": 1000})
+            page = b.new_page(viewport=VIEWPORT)
             t0 = time.perf_counter()
-            page.goto(path.resolve().as_uri())
-            page.wait_for_function("() => window.pagedsimViewer !== undefined")
-            page.evaluate("() => document.body.getBoundingClientRect()")
+            show(page, path).evaluate("() => document.body.getBoundingClientRect()")
             load = time.perf_counter() - t0
             n = page.evaluate("window.pagedsimViewer.count()")
             rng = random.Random(seed)
-            if cpu:
-                trace = Path(tempfile.mkdtemp()) / "trace.json"
-                b.start_tracing(page=page, path=str(trace), categories=TRACED)
-            timing = page.evaluate(TIMING, [[rng.randrange(n) for _ in range(samples)], samples])
-            if cpu:
-                b.stop_tracing()
+            jumps = [rng.randrange(n) for _ in range(samples)]
+            with traced(b, page, TRACED) if cpu else contextlib.nullcontext([]) as events:
+                timing = page.evaluate(TIMING, [jumps, samples])
             page.close()
             summary = {"page": str(path), "page_bytes": path.stat().st_size}
             summary.update(load_s=round(load, 3), steps=n)
@@ -300,10 +297,8 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
                 summary[f"{kind}_ms_p95"] = round(sorted(values)[int(0.95 * (len(values) - 1))], 2)
                 summary[f"{kind}_ms_max"] = round(max(values), 2)
             if cpu:
-                summary.update(cpu_times(trace, {k: len(v) for k, v in timing.items()}))
-                shutil.rmtree(trace.parent)
+                summary.update(cpu_times(events, {k: len(v) for k, v in timing.items()}))
             out.append(summary)
-        b.close()
     return out
 
 
@@ -324,41 +319,31 @@ def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
     thread's CPU per jump (the change's task and its thread's tasks up to its next jump),
     and the median of the per-jump ratios second / first, which the load moves far less
     than either page's own figure."""
-    from playwright.sync_api import sync_playwright
-
     marks = [f"{MARK}-{k}" for k in range(len(pages))] + [f"{MARK}-end"]
-    trace = Path(tempfile.mkdtemp()) / "trace.json"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        tabs = [b.new_page(viewport={"width": 1600, "height": 1000}) for _ in pages]
-        for tab, path in zip(tabs, pages, strict=True):
-            tab.goto(path.resolve().as_uri())
-            tab.wait_for_function("() => window.pagedsimViewer !== undefined")
+    with chromium() as b:
+        tabs = [show(b.new_page(viewport=VIEWPORT), path) for path in pages]
         rng, n = random.Random(seed), tabs[0].evaluate("window.pagedsimViewer.count()")
-        b.start_tracing(page=tabs[0], path=str(trace), categories=TRACED)
-        for j in range(jumps):
-            i = rng.randrange(n)
-            for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
-                tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
-        for tab in tabs:
-            tab.evaluate(PAIRED_JUMP, [0, marks[-1]])
-        b.stop_tracing()
-        b.close()
-    events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
-    shutil.rmtree(trace.parent)
+        with traced(b, tabs[0], TRACED) as events:
+            for j in range(jumps):
+                i = rng.randrange(n)
+                for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
+                    tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
+            for tab in tabs:
+                tab.evaluate(PAIRED_JUMP, [0, marks[-1]])
     per_thread = collections.defaultdict(list)
     for e in events:
-        message = mark_of(e)
-        if message in marks:
-            per_thread[(e["pid"], e["tid"])].append((e["ts"], marks.index(message)))
+        if mark_of(e) in marks:
+            per_thread[(e["pid"], e["tid"])].append((e["ts"], marks.index(mark_of(e))))
     cpu: list[list[float]] = [[] for _ in pages]
     for thread, fired in per_thread.items():
-        tasks, fired = outer_tasks(events, thread), sorted(fired)
-        starts = [t["ts"] for t in tasks]
-        for (ts, k), (next_ts, _) in zip(fired, fired[1:], strict=False):
-            lo, hi = bisect.bisect_right(starts, ts) - 1, bisect.bisect_left(starts, next_ts) - 1
+        fired.sort()
+        try:
+            rows = per_change(events, thread, [ts for ts, _ in fired], {})
+        except ValueError as why:
+            return {"paired": f"not measured: {why}"}
+        for (_, k), row in zip(fired[:-1], rows, strict=False):
             if k < len(pages):
-                cpu[k].append(sum(t.get("tdur", 0) for t in tasks[lo:hi]) / 1000)
+                cpu[k].append(cpu_ms(row["change"] + row["frame"]))
     if any(len(c) != jumps for c in cpu):
         return {"paired": f"not measured: {[len(c) for c in cpu]} jumps found of {jumps}"}
     out: dict = {

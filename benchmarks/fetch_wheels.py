@@ -1,12 +1,9 @@
 """Download, here, the wheels the GPU run installs when the GPU image's numba-cuda is too old.
 
-    python benchmarks/fetch_wheels.py                    # Pythons 3.12, 3.10, 3.11, 3.13
-                                                         # while the total stays < 40 MiB
-    python benchmarks/fetch_wheels.py --python 3.10 --cuda 12 [--dest DIR]
+    python benchmarks/fetch_wheels.py [--python 3.10 --cuda 12] [--dest DIR]
 
-One folder per Python (the wheels are CPython-version specific), wheels/pyX.Y, with a
-requirements.txt pinning what was fetched (benchmarks/README.md, "The wheels"). Not numba
-nor llvmlite: every GPU image has numba >= 0.60, and llvmlite alone is 57 MiB.
+benchmarks/README.md, "The wheels", says what a set holds and which Pythons the default
+takes. Not numba nor llvmlite: every GPU image has numba >= 0.60, and llvmlite alone is 57 MiB.
 """
 
 from __future__ import annotations

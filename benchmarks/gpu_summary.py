@@ -101,9 +101,23 @@ def _cell(value, fmt: str = ".3f") -> str:
     return "-" if value is None else f"{value:{fmt}}"
 
 
+ROOFLINE = (("median_ms", ".3f"), ("gb_per_s", ".0f"), ("pct_of_roofline", ".1f"))
+TENSOR = (("median_ms", ".3f"), ("tflop_per_s", ".1f"), ("pct_of_tensor_peak", ".1f"))
+
+
+def _cells(row: dict, spec) -> list[str]:
+    """The `spec` (key, format) fields of a row, "-" where absent."""
+    return [_cell(row.get(key), fmt) for key, fmt in spec]
+
+
+def _row(*cells) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(map(str, cells)) + " |"
+
+
 def _head(*columns: str) -> list[str]:
     """A blank line, then a markdown table's header row and its rule."""
-    return ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    return ["", _row(*columns), "|" + " --- |" * len(columns)]
 
 
 def markdown(report: dict) -> str:
@@ -113,10 +127,8 @@ def markdown(report: dict) -> str:
         *_head("target", "measured", "goal", "verdict", "detail"),
     ]
     for t in report.get("targets") or targets(report):
-        lines.append(
-            f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
-            f"{t['unit']} | {t['verdict']} | {t['detail']} |"
-        )
+        measured, goal = f"{_cell(t['measured'])} {t['unit']}", f">= {t['goal']} {t['unit']}"
+        lines.append(_row(t["what"], measured, goal, t["verdict"], t["detail"]))
     lines += _phase_lines(report) + _decode_lines(report) + _prefill_lines(report)
     lines += [
         "",
@@ -133,11 +145,8 @@ def _phase_lines(report: dict) -> list[str]:
     for name, rec in (report.get("phases") or {}).items():
         status = f"skipped: {rec['skipped']}" if "skipped" in rec else "ran"
         status = f"failed: {rec['error']}" if "error" in rec else status
-        lines.append(
-            f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
-            f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
-            f"| {status} |"
-        )
+        times = (_cell(rec.get(k), ".1f") for k in ("seconds", "compile_s"))
+        lines.append(_row(name, *times, _cell(rec.get("compiles"), "d"), status))
     return lines
 
 
@@ -145,13 +154,9 @@ def _decode_lines(report: dict) -> list[str]:
     lines = _head("decode (auto)", "G", "dtype", "path", "ms", "GB/s", "% of roofline", "checked")
     for r in report.get("cases") or []:
         if r.get("mode") == "auto":
-            lines.append(
-                f"| {r['batch']} x {r['context']}, {r['heads']}/{r['kv_heads']} | "
-                f"{r['group']} | {r['dtype']} | {r.get('path')} | "
-                f"{_cell(r.get('median_ms'))} | {_cell(r.get('gb_per_s'), '.0f')} | "
-                f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
-                f"{r.get('checked_on_device')} |"
-            )
+            shape = f"{r['batch']} x {r['context']}, {r['heads']}/{r['kv_heads']}"
+            cells = (r["group"], r["dtype"], r.get("path"), *_cells(r, ROOFLINE))
+            lines.append(_row(shape, *cells, r.get("checked_on_device")))
     return lines
 
 
@@ -160,12 +165,9 @@ def _prefill_lines(report: dict) -> list[str]:
     for r in report.get("prefill") or []:
         for p in r.get("by_path") or [r]:
             out = f" ({p['out_dtype']} out)" if p.get("out_dtype") == "float16" else ""
-            lines.append(
-                f"| {r['kernel']} {p.get('path', '')}{out} | {p.get('path_ran', '-')} | "
-                f"{_cell(p.get('median_ms'))} | {_cell(p.get('tflop_per_s'), '.1f')} | "
-                f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
-                f"{p.get('checked_on_device', p.get('error', '-'))} |"
-            )
+            name, checked = f"{r['kernel']} {p.get('path', '')}{out}", p.get("error", "-")
+            cells = (p.get("path_ran", "-"), *_cells(p, TENSOR))
+            lines.append(_row(name, *cells, p.get("checked_on_device", checked)))
     return lines
 
 
@@ -176,12 +178,9 @@ def _ladder_lines(report: dict) -> list[str]:
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
         low, high = r.get("predicted_pct") or (None, None)
-        lines.append(
-            f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
-            f"{_cell(r.get('gb_per_s'), '.0f')} | "
-            f"{_cell(r.get('pct_of_roofline'), '.1f')} | {_cell(low, 'g')}-{_cell(high, 'g')} | "
-            f"{r.get('prediction', '-')} | {note or r.get('checked_on_device')} |"
-        )
+        predicted = f"{_cell(low, 'g')}-{_cell(high, 'g')}"
+        cells = (*_cells(r, ROOFLINE), predicted, r.get("prediction", "-"))
+        lines.append(_row(r["rung"], *cells, note or r.get("checked_on_device")))
     return lines
 
 

@@ -1,17 +1,9 @@
 """Where one step change of a saved trace page spends the renderer's time: a Chromium trace.
 
-`bench_viewer.py --cpu` gives medians by phase; this takes a few single step changes apart,
-so a change can be aimed at a cause rather than tried as an ablation. Each change is marked
-(`console.timeStamp`), and for each the renderer main thread's CPU (thread time) is split:
-
-- the change's task: script, then the style recalc (elements restyled) and layout (objects
-  laid out / in the tree) that `getBoundingClientRect` forces after it;
-- the tasks after it, up to the next change (the frame that puts it on screen): pre-paint,
-  paint, layerize and the intersection observers.
-
-`--why` adds Chromium's invalidation tracking (a heavier trace, so its times are inflated):
-for each change, which elements were marked to be restyled or laid out, and for what reason
-(the class or attribute that changed, a node inserted or removed), most frequent first.
+A few single step changes, each split into its script, the style and layout it forces, and
+the frame after it (`bench_viewer.per_change`); `--why` adds Chromium's invalidation tracking
+(which elements were restyled or laid out, and why). benchmarks/README.md, "What a trace of
+one step change shows", has the method and the figures.
 
     python benchmarks/profile_viewer.py long.html --kind next     (steps 12.., as --cpu's next)
     python benchmarks/profile_viewer.py long.html --kind jump --count 8 --why
@@ -22,11 +14,8 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import json
 import random
-import shutil
 import statistics
-import tempfile
 from pathlib import Path
 
 import bench_viewer as bench
@@ -37,13 +26,8 @@ WHY = [
     "blink.invalidation",
     "disabled-by-default-blink.invalidation",
 ]
-FORCED = ["UpdateLayoutTree", "Layout"]  # the style and layout a change forces
-FRAME_PHASES = {
-    "PrePaint": "prepaint",
-    "Paint": "paint",
-    "Layerize": "layerize",
-    "IntersectionObserverController::computeIntersections": "observers",
-}
+PHASES = {**bench.PHASES, "IntersectionObserverController::computeIntersections": "observers"}
+FRAME = ("prepaint", "paint", "layerize", "observers")  # the parts of a change's frame shown
 WHY_EVENTS = {  # an element marked for a style recalc, a layout object marked for layout
     "StyleRecalcInvalidationTracking": "restyled",
     "LayoutInvalidationTracking": "laid out",
@@ -53,14 +37,8 @@ WHY_EVENTS = {  # an element marked for a style recalc, a layout object marked f
 def record(page: Path, kind: str, count: int, why: bool, seed: int = 7) -> tuple[list, list]:
     """The trace events of `count` step changes of `kind` ("next": from step 12 on, one at a
     time, as `bench_viewer --cpu`'s next steps; "jump": random), and their marks in order."""
-    from playwright.sync_api import sync_playwright
-
-    trace = Path(tempfile.mkdtemp()) / "trace.json"
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=bench.CHROMIUM, args=bench.ARGS)
-        tab = b.new_page(viewport={"width": 1600, "height": 1000})
-        tab.goto(page.resolve().as_uri())
-        tab.wait_for_function("() => window.pagedsimViewer !== undefined")
+    with bench.chromium() as b:
+        tab = bench.show(b.new_page(viewport=bench.VIEWPORT), page)
         n, rng = tab.evaluate("window.pagedsimViewer.count()"), random.Random(seed)
         if kind == "next":
             warm, steps = list(range(12)), [12 + k for k in range(count)]
@@ -69,57 +47,35 @@ def record(page: Path, kind: str, count: int, why: bool, seed: int = 7) -> tuple
             steps = [rng.randrange(n) for _ in range(count)]
         for i in warm:
             tab.evaluate(bench.PAIRED_JUMP, [i, "warm"])
-        b.start_tracing(page=tab, path=str(trace), categories=TRACED + (WHY if why else []))
         marks = [f"{bench.MARK}:{kind} {k}: step {i}" for k, i in enumerate(steps)]
-        for i, mark in zip(steps, marks, strict=True):
-            tab.evaluate(bench.PAIRED_JUMP, [i, mark])
-        tab.evaluate(bench.PAIRED_JUMP, [steps[-1] + 1, f"{bench.MARK}:end"])
-        b.stop_tracing()
-        b.close()
-    events = json.loads(trace.read_text(encoding="utf-8"))["traceEvents"]
-    shutil.rmtree(trace.parent)
+        with bench.traced(b, tab, TRACED + (WHY if why else [])) as events:
+            for i, mark in zip(steps, marks, strict=True):
+                tab.evaluate(bench.PAIRED_JUMP, [i, mark])
+            tab.evaluate(bench.PAIRED_JUMP, [steps[-1] + 1, f"{bench.MARK}:end"])
     return events, [*marks, f"{bench.MARK}:end"]
-
-
-def _within(found: list, t0: float, t1: float) -> list:
-    """The events of a time-ordered list that start in [t0, t1)."""
-    at = [e["ts"] for e in found]
-    return found[bisect.bisect_left(at, t0) : bisect.bisect_left(at, t1)]
-
-
-def _ms(found: list) -> float:
-    return sum(e.get("tdur", 0) for e in found) / 1000
 
 
 def split(events: list, marks: list) -> list[dict]:
     """For each marked change: the CPU (ms) of its task and of the frame after it, by part."""
     fired = {bench.mark_of(e): e for e in events if bench.mark_of(e) in marks}
     first = fired[marks[0]]
-    thread = (first["pid"], first["tid"])
-    tasks = bench.outer_tasks(events, thread)
-    outer = {name: bench.outer_tasks(events, thread, name) for name in FORCED + list(FRAME_PHASES)}
-    starts = [t["ts"] for t in tasks]
+    changes = bench.per_change(
+        events, (first["pid"], first["tid"]), [fired[m]["ts"] for m in marks], PHASES
+    )
     out = []
-    for mark, following in zip(marks, marks[1:], strict=False):
-        lo = bisect.bisect_right(starts, fired[mark]["ts"]) - 1
-        hi = bisect.bisect_left(starts, fired[following]["ts"]) - 1
-        task = tasks[lo]
-        t0, t1 = task["ts"], task["ts"] + task["dur"]
-        style, layout = (_within(outer[name], t0, t1) for name in FORCED)
+    for mark, c in zip(marks, changes[:-1], strict=False):
+        style, layout = c["change.style"], c["change.layout"]
         row = {
             "change": mark.split(":", 1)[1],
-            "change_ms": task.get("tdur", 0) / 1000,
-            "script_ms": task.get("tdur", 0) / 1000 - _ms(style) - _ms(layout),
-            "style_ms": _ms(style),
+            "change_ms": bench.cpu_ms(c["change"]),
+            "script_ms": bench.cpu_ms(c["change"]) - bench.cpu_ms(style) - bench.cpu_ms(layout),
+            "style_ms": bench.cpu_ms(style),
             "restyled": sum(e["args"].get("elementCount", 0) for e in style),
-            "layout_ms": _ms(layout),
+            "layout_ms": bench.cpu_ms(layout),
             "laid_out": sum(e["args"]["beginData"].get("dirtyObjects", 0) for e in layout),
-            "frame_ms": sum(t.get("tdur", 0) for t in tasks[lo + 1 : hi]) / 1000,
+            "frame_ms": bench.cpu_ms(c["frame"]),
         }
-        f0, f1 = t1, fired[following]["ts"]
-        for name, label in FRAME_PHASES.items():
-            row[f"{label}_ms"] = _ms(_within(outer[name], f0, f1))
-        out.append(row)
+        out.append(row | {f"{v}_ms": bench.cpu_ms(c[f"frame.{v}"]) for v in FRAME})
     return out
 
 
@@ -157,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['change']}: change {row['change_ms']:.1f} ms (script {row['script_ms']:.1f}, "
             f"style {row['style_ms']:.1f} for {row['restyled']} elements, layout "
             f"{row['layout_ms']:.1f} for {row['laid_out']} objects); frame {row['frame_ms']:.1f} "
-            + ", ".join(f"{v} {row[f'{v}_ms']:.1f}" for v in FRAME_PHASES.values())
+            + ", ".join(f"{v} {row[f'{v}_ms']:.1f}" for v in FRAME)
         )
         if args.why:
             for text, n in reasons(events, marks)[k]:
