@@ -9,6 +9,7 @@ Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,7 @@ ANATOMY_SIZE, ALIGNMENT_SIZE = (12, 6.2), (12, 5.4)  # inches
 def formula(spec: ModelSpec, block_size: int = BLOCK_SIZE) -> str:
     """'16 x 32 x 2 x 32 x 128 x 2 = 8,388,608 B (8 MiB)', checked against sizing."""
     factors = (block_size, spec.num_layers, 2, spec.num_kv_heads, spec.head_dim, spec.dtype_bytes)
-    total = 1
-    for f in factors:
-        total *= f
+    total = math.prod(factors)
     assert total == spec.bytes_per_block(block_size), "formula drifted from sizing.bytes_per_block"
     return " \u00d7 ".join(map(str, factors)) + f" = {total:,} B ({total / 2**20:g} MiB)"
 

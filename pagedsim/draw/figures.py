@@ -1,9 +1,5 @@
 """`pagedsim figures`: regenerate the chapter's figures.
 
-    pagedsim figures [--out DIR] [--only NAME ...] [--list]
-                     [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
-                     [--slides]
-
 Figure makers come from the modules in REGISTRIES, each with a dict `FIGURES: name ->
 maker(out_dir: Path) -> list[Path]`. Every maker uses fixed seeds: two runs write the same
 files. A plain regeneration without `--out` writes into `figures/` (run it from the

@@ -1,12 +1,6 @@
-"""Figures for the chapter 3.7 labs: a race drawn step by step, and the sector-count predictions.
-
-    race_timeline     one bad interleaving of the racy pop, then the atomic.sub and the
-                      compare-and-swap pops on overlapping schedules (`labs.interleavings`)
-    layout_sectors    which bytes one warp's load touches in each KV layout, in 32-byte
-                      sectors (`labs.sectors`)
-    alignment_sectors the same count for block starts 0..128 bytes off a 128-byte boundary
-
-All three come from index arithmetic or exhaustive enumeration: no GPU, no timing.
+"""Figures for the chapter 3.7 labs: a race drawn step by step (`labs.interleavings`), and
+the sector counts of one warp's load per KV layout and per misalignment (`labs.sectors`).
+All come from index arithmetic or exhaustive enumeration: no GPU, no timing.
 """
 
 from __future__ import annotations
@@ -49,10 +43,7 @@ def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
     ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
-    if slide:
-        _slide_lanes(ax, out, title, ends)
-    else:
-        _paper_lanes(ax, out, title, (ends, top != want))
+    _lanes(ax, out, title, (ends, top != want), slide)
 
 
 def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
@@ -73,38 +64,33 @@ def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
     ax.text(k + 0.5, y + 0.24, f"= {s.value}", fontsize=8, fontweight=weight, **centred)
 
 
-def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
-    """The axes on a slide: the outcome beside the lanes, top's end in the x label."""
-    n, dup = len(out.blocks), set(out.duplicates)
-    ax.set_yticks(
-        [n - 1 - i + 0.5 for i in range(n)],
-        [f"thread {i}\ngets {out.blocks[i]}" for i in range(n)],
-    )
-    for i, tick in enumerate(ax.get_yticklabels()):
-        if out.blocks[i] in dup:
-            tick.set_color(ACCENT)
-            tick.set_fontweight("bold")
-    ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [])
-    ax.tick_params(axis="x", length=0)
-    ax.set_xlim(-0.05, len(out.steps) + 0.05)
+def _lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool], slide: bool) -> None:
+    """A lane per thread, what each gets and how top ends (`ends`: the text, and whether it
+    is wrong): on a slide in the lanes' names and the x label, on paper after the last step."""
+    n, dup, steps = len(out.blocks), set(out.duplicates), len(out.steps)
+    names = [f"thread {i}" + (f"\ngets {out.blocks[i]}" if slide else "") for i in range(n)]
+    ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], names)
     ax.set_ylim(-0.8, n)
-    ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
-    ax.set_title(title, loc="left")
-    ax.spines[["top", "right", "left", "bottom"]].set_visible(False)
-
-
-def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> None:
-    """The axes on paper: after the last step, what each thread gets and how top ends."""
-    n, dup, x = len(out.blocks), set(out.duplicates), len(out.steps) + 0.2
+    if slide:
+        for i, tick in enumerate(ax.get_yticklabels()):
+            if out.blocks[i] in dup:
+                tick.set_color(ACCENT)
+                tick.set_fontweight("bold")
+        ax.set_xticks([k + 0.5 for k in range(steps)], [])
+        ax.tick_params(axis="x", length=0)
+        ax.set_xlim(-0.05, steps + 0.05)
+        ax.set_xlabel(f"memory step (time) \u2192   top {ends[0]}")
+        ax.set_title(title, loc="left")
+        ax.spines[["top", "right", "left", "bottom"]].set_visible(False)
+        return
+    x = steps + 0.2
     ax.text(x, -0.45, ends[0], va="center", fontsize=9, color=ACCENT if ends[1] else INK)
     for i in range(n):
         got = out.blocks[i]
         hot = dict(color=ACCENT, fontweight="bold") if got in dup else dict(color=INK)
         ax.text(x, n - 1 - i + 0.5, f"gets {got}", va="center", fontsize=9, **hot)
-    ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], [f"thread {i}" for i in range(n)])
-    ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [str(k) for k in range(len(out.steps))])
-    ax.set_xlim(-0.2, len(out.steps) + 1.4)
-    ax.set_ylim(-0.8, n)
+    ax.set_xticks([k + 0.5 for k in range(steps)], [str(k) for k in range(steps)])
+    ax.set_xlim(-0.2, steps + 1.4)
     ax.set_xlabel("memory step (time)")
     ax.set_title(title, fontsize=10, loc="left")
     ax.spines[["top", "right", "left"]].set_visible(False)

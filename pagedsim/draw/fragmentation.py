@@ -1,14 +1,13 @@
 """3.1: external fragmentation -- first-fit holes against fixed-size blocks (PagedAttention Sec. 3).
 
-Five requests (A..E) fill a 48-slot memory, B and D finish, and F needs 12 slots. First fit
-(one contiguous range per request) has 18 free slots in holes of 6, 8 and 4, so F is
-refused; with blocks of B = 4 slots F takes any 3 free blocks, and the only waste is inside
-each request's last block. Both layouts come from the small models below (`first_fit`,
-`fixed_blocks`). Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
+The story (REQUESTS, FINISHED, LATE) runs through two small models, `first_fit` (one
+contiguous range per request: F is refused) and `fixed_blocks` (blocks of B slots: F fits,
+the only waste inside each last block). Reference: Kwon et al., SOSP 2023, Sec. 3, Fig. 3.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from matplotlib.patches import Rectangle
@@ -94,13 +93,7 @@ def make(out_dir: Path) -> list[Path]:
 def _first_fit_row(ax, colours):
     """The contiguous layout after B and D finish, and why F is refused."""
     owner, fits = first_fit()
-    holes, run = [], 0
-    for o in [*owner, "end"]:
-        if o is None:
-            run += 1
-        elif run:
-            holes.append(run)
-            run = 0
+    holes = [len(list(run)) for o, run in itertools.groupby(owner) if o is None]
     _bar(ax, 0.6, owner, colours, label=style.tr("first fit"))
     _names(ax, 0.6, owner)
     assert not fits, "the story needs a refused late request"
@@ -156,11 +149,9 @@ def _key(ax, colours):
 def _names(ax, y, owners):
     """Each request's name once, centred on its first run of slots."""
     i = 0
-    while i < len(owners):
-        j = i
-        while j < len(owners) and owners[j] == owners[i]:
-            j += 1
-        if owners[i] is not None:
+    for owner, run in itertools.groupby(owners):
+        j = i + len(list(run))
+        if owner is not None:
             name = dict(ha="center", va="center", fontsize=style.pt(10), fontweight="bold")
-            ax.text((i + j) / 2, y - 0.35, owners[i], color=INK, **name)
+            ax.text((i + j) / 2, y - 0.35, owner, color=INK, **name)
         i = j

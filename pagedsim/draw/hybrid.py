@@ -1,10 +1,5 @@
-"""The hybrid allocator drawn: two KV cache groups over one pool (v1 HybridKVCacheCoordinator).
-
-    hybrid-groups   each request has a full-attention and a sliding-window table over one
-                    pool; the window table frees what its next query never reads, and a
-                    second request with the same prompt hits in both groups.
-
-Snapshots of a real `HybridManager` run, drawn by the ordinary renderer.
+"""The hybrid allocator drawn: two KV cache groups over one pool (v1 HybridKVCacheCoordinator),
+from snapshots of a real `HybridManager` run, drawn by the ordinary renderer.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Figure 3.5b: the kernel's side of the block-size trade-off, from the sector model (no GPU).
 
-Per decode step of one sequence and one KV head, in 32-byte sectors (a model: it counts
-bytes, it times nothing), over figure 3.5's 500 seeded ShareGPT-like requests with
-Llama-2-7B's head (D = 128, fp16):
-
-    contiguous  2 (K, V) x sectors of one l x D run: the cache without blocks
-    KV read     2 x ceil(l / B) tiles x sectors of one B x D tile (the last one masked)
-    table       sectors of the ceil(l / B) int32 block-table entries
-    lookups     ceil(l / B) dependent loads, each before its block's loads
-
-Traffic is lowest for small blocks, yet vLLM measures them as slow (paper section 7.2):
-the model leaves out latency.
+Sectors (32 B) read per decode step of one sequence and one KV head, over figure 3.5's
+seeded requests with Llama-2-7B's head (`kernel_cost`): a contiguous cache against B-token
+tiles plus the block table, and the dependent table lookups. Traffic is lowest for small
+blocks, yet vLLM measures them as slow (paper section 7.2): the model leaves out latency.
 """
 
 from __future__ import annotations

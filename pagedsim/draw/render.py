@@ -9,11 +9,8 @@ back" real time travel. Layout (y grows downwards):
       seq A  9 tok  [0][1][5]             |  [0 A x1 4/4] [1 A x1 1/4] [2 free] ...
     free list, head first: HEAD -> 7 -> 8 -> ... (+n more)
 
-Artists carry gids for the tests: `block-<b>`, `share-<b>-<j>` (extra owners' stripes),
-`touched-<b>` (this step's events name b), `badge-<b>` (ref count), `fill-<b>`, `free-<i>`,
-`table-<seq>-<i>`, `copy-<src>-<dst>`, `caption`, and `gone-<seq>` / `gone-why-<seq>` (a
-sequence that left the pool in this frame: `departures`). Reference: Kwon et al., SOSP 2023,
-figures 6-8, which draw the same three structures.
+Artists carry gids that tests read (`block-<b>`, `badge-<b>`, `free-<i>`, `caption`, ...).
+Reference: Kwon et al., SOSP 2023, figures 6-8, which draw the same three structures.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
 Colours come from `pagedsim/palette.py`; sequences get them in admission order. `save`
-writes without timestamps or version metadata, so the same seed gives the same bytes.
-`with output(fmt=..., dpi=..., look=..., slides=...):` holds what `pagedsim figures`
-chose, and `save` obeys it:
-
-    fmt     png, svg (text stays <text>) or pdf (TrueType fonts); a maker's "x.png" is
-            written as "x.svg" / "x.pdf".
-    dpi     raster resolution; default DPI.
-    look    "paper" or "projector": Tol "bright" colours, no pale fills, every text at
-            least 12 pt, figures 1.4x larger.
-    slides  one frame per file, every figure a whole 16:9 slide, no text under 18 pt.
+writes without timestamps or version metadata, so the same seed gives the same bytes, in
+the format, dpi, look ("paper" or "projector"), language and slide shape that
+`with output(...)` holds (what `pagedsim figures` chose).
 """
 
 from __future__ import annotations

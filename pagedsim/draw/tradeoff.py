@@ -1,13 +1,8 @@
 """Figure 3.5: the block-size trade-off on a seeded ShareGPT-like workload.
 
-Small blocks waste few slots but need long block tables; big blocks, the reverse. Over
-every decode step of every request, with l the length after the step:
-
-    wasted slots (%)       = 100 * sum(ceil(l/B)*B - l) / sum(ceil(l/B)*B)
-    table entries          = mean over steps of ceil(l/B)  (one int32 per entry)
-
-Workload: `synthetic("sharegpt", 500, seed=0)` (the vLLM paper's mean lengths).
-Reference: Kwon et al., SOSP 2023, section 7.2 (ablation on block size).
+Small blocks waste few slots but need long block tables; big blocks, the reverse (the
+formulas are `tradeoff`'s, and the figure prints them). Workload: `synthetic("sharegpt",
+500, seed=0)`. Reference: Kwon et al., SOSP 2023, section 7.2 (ablation on block size).
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""`check_attention`: compare a paged-attention function with the float64 reference.
-
-    fn(query, kv_cache, block_tables, context_lens, scale) -> [S, H, D]
-
-(`cuda_kernels.paged_attention`'s arrays, with a plain scale for its `ScoreMask`.) On
-every case of `paged_caches()` (scattered blocks, poisoned unused slots, GQA, fp16 and
-fp32, odd head dims) it must return a finite [S, H, D] array that matches
-`reference_attention` within the dtype's tolerance (atol = rtol = 1e-4 for float32
-inputs, 1e-2 for float16), and leave its inputs unchanged. A failure is shrunk and
-printed as the `paged_case(CaseSpec(...))` call that rebuilds it. NumPy and Hypothesis only.
+"""`check_attention`: compare a paged-attention function with the float64 reference on
+every case of `paged_caches()`, within the dtype's tolerance (docs/testing-kit.md,
+"The attention check"). NumPy and Hypothesis only.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Paged KV caches for testing attention: `paged_case(CaseSpec(...))`, `paged_caches()` and
 the float64 reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
 
-A case holds `cuda_kernels.paged_attention`'s arguments, with a plain scale where the
-kernel takes a `ScoreMask` (so checking a NumPy function needs no Numba):
-
-    query         [S, H, D]               float32 or float16, H = num_kv_heads * group
-    kv_cache      [N, 2, H_kv, B, D]      the project's layout (cuda_kernels/layout.py)
-    block_tables  int32 [S, max_blocks]   scattered: a random permutation of physical ids
-    context_lens  int32 [S]
-    scale         float                   1/sqrt(D) unless the case says otherwise
-
-Every slot that holds no live token (unused blocks, a last block's tail, the padding
-block short tables point at) is POISONED with a large value, so reading one token too
-many or the wrong block is visibly wrong. `paged_case(spec)` is deterministic in its
-`CaseSpec`, so a failing case prints as the one expression that rebuilds it:
-`paged_case(CaseSpec(context_lens=(5, 2), block_size=4, ...))`.
+A case holds `cuda_kernels.paged_attention`'s arguments (shapes on `PagedCase`'s fields),
+with a plain scale for its `ScoreMask`. Every slot that holds no live token is POISONED,
+so reading one token too many or the wrong block is visibly wrong; a case is deterministic
+in its `CaseSpec`, so a failure prints as the one expression that rebuilds it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """`pagedsim conform`: check a block manager (and a paged-attention function) from the shell.
 
-    pagedsim conform MODULE:FACTORY [--attention MODULE:FN] [--examples N] [--seed S]
-                     [--check-free-order lifo|fifo] [--call-timeout SEC] [--timeout SEC]
-
-MODULE is a file path or an importable name; FACTORY(num_gpu_blocks, block_size) builds a
-manager (pagedsim.testing.contract). Exit codes: 0 conforms, 1 does not (the minimal
-counterexample as Python calls), 2 the target cannot be loaded.
-
 The verdict is the parent's alone: the checks run here and the target in a child process
 called through a socket (remote.py), so nothing it does (printing "OK", exiting 0,
-ignoring SIGALRM, patching the kit) can make the command pass. Each call has a time limit
-(--call-timeout; a hung child is killed and restarted), and after --timeout seconds the
-child is killed for good.
+ignoring SIGALRM, patching the kit) can make the command pass. Options and exit codes:
+docs/testing-kit.md.
 """
 
 from __future__ import annotations

@@ -15,9 +15,7 @@ shares blocks, appending into a shared partly filled last block copies it first)
                                        moves is taken to have been copied
 
 Running out of blocks raises `pagedsim.OutOfBlocks` or `MemoryError`; return values of
-the four operations are ignored. `Managed` logs every call as a line of Python (the script
-a failure prints), runs it under an optional time limit, and turns odd answers into clear
-`NonConformance` messages.
+the four operations are ignored.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Shrinking a hang: Hypothesis stops at the first call that does not return (each
-shrink step would wait for the time limit again), so the kit shrinks that script
-itself, greedily: drop one earlier call at a time, then try smaller pools, and keep
-a candidate when it still hangs in its final call and every call in it is valid for
-the model (no unknown ids). Bounded by a time budget.
+"""Shrinking a hang: Hypothesis stops at the first call that does not return, so the kit
+shrinks that script itself, greedily and within a time budget (docs/testing-kit.md).
 """
 
 from __future__ import annotations

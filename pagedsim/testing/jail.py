@@ -1,14 +1,9 @@
 """Processes that end when the job ends, a sandbox where bubblewrap exists, and folder hashes.
 
-    become_subreaper()     orphans of our children come back to us, not to init
-    kill_tree(pid)         SIGKILL a process, its session, and every descendant, until none is left
-    sandbox_argv(...)      `bwrap` in front of a command: own PID, network, IPC and user
-                           namespaces, read-only but scratch, no source tree, no solutions
-    job_uid / kill_user    a uid of its own per job (grader as root), all its processes killed
-    confined(...)          a mount namespace of its own (private /tmp, solutions hidden,
-                           read-only but scratch), then an `Account` (`switch`)
-    Limits / child_env     rlimits per job; the submission's whole environment
-    contents(folder)       {relative path: sha256} to find files a job changed, by content
+In order below: `kill_tree` (a process, its session and every descendant), `sandbox_argv`
+(bubblewrap), a uid of its own per job (`job_uid`, `kill_user`), `confined` (a mount
+namespace of its own, then an `Account`), `Limits` and `child_env`, and `contents` (files
+by sha256, to find what a job changed).
 
 Without bubblewrap and as a user other than root, a submission runs as the grader's own
 user: it could then read any file that user can, and signal its processes; `pagedsim

@@ -2,20 +2,9 @@
 pagedsim's `KVCacheManager` (the model) and checks it after every step.
 
 Conformance is the chapter's observable behaviour (3.3, 3.4; vLLM v0's BlockSpaceManager):
-the same free count after every call, out of blocks on exactly the same calls. Block ids
-are the manager's own choice (unless `check_free_order`), so data is checked through a
-shadow memory: every token written gets a unique value in slot table[p // B] * B + p % B,
-drain_copies() pairs are applied before writes (the copy kernel runs before write_kv),
-and every live sequence must read back exactly its own values.
-
-Checks after every step (the failure message says which one broke):
-    * table length == ceil(num_tokens / block_size), ids in range, no id twice;
-    * num_free_blocks == the model's, and tables' distinct blocks + free == num_gpu_blocks;
-    * shadow memory reads back (catches fork without incref, skipped copy-on-write,
-      a block handed out while still held);
-    * all-or-nothing: out of blocks exactly when the model is, and a refused call
-      changes neither the free count nor any table;
-    * teardown frees every sequence: then every block must be free (no leaks).
+the same free count, out of blocks on the same calls, and every live sequence reading back
+its own tokens through a shadow memory (block ids stay the manager's own choice). The
+checks, one by one: docs/testing-kit.md, "What is checked after every call".
 """
 
 from __future__ import annotations
@@ -361,17 +350,9 @@ def manager_machine(
     call_timeout: float | None = None,
     extra_check: Callable[[object], object] | None = None,
 ) -> type[ManagerConformance]:
-    """A `RuleBasedStateMachine` class checking `factory(num_gpu_blocks, block_size)` managers.
-
-    block_size, num_gpu_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8
-        tokens per block and 1..32 blocks (examples shrink towards the smallest).
-    check_free_order: None (ids are the manager's choice), "lifo" or "fifo" (tables must
-        equal the model's with that free order: allocate from the head of the free list,
-        free a sequence's blocks last first, to the head (lifo) or the tail (fifo)).
-    invalid_ids: also call with unknown / duplicate ids; each must raise and change nothing.
-    extra_check: called with the manager after every step (its own invariants, say).
-    Use it as `TestX = manager_machine(MyManager).TestCase`, or through `check_manager`.
-    """
+    """A `RuleBasedStateMachine` class checking `factory(num_gpu_blocks, block_size)` managers:
+    `TestX = manager_machine(MyManager).TestCase`, or through `check_manager`. The keywords
+    (ints or strategies for the sizes): docs/testing-kit.md, "From Python and pytest"."""
     if check_free_order not in FREE_ORDERS:
         raise ValueError(f"check_free_order must be one of {FREE_ORDERS}, got {check_free_order!r}")
     if not callable(factory):

@@ -1,19 +1,6 @@
-"""The kit as a pytest plugin, registered through the `pytest11` entry point in
-pyproject.toml, so an outside suite gets two fixtures with no set-up:
+"""The kit as a pytest plugin (the `pytest11` entry point in pyproject.toml): the
+`manager_machine` and `paged_cache` fixtures, used as docs/testing-kit.md shows.
 
-    def test_my_manager_conforms(manager_machine):
-        manager_machine(MyManager)            # fails with the minimal counterexample
-
-    @pytest.mark.paged_cache(num_kv_heads=2, group=4, dtype="float16")
-    def test_my_attention(paged_cache):
-        out = my_attention(*paged_cache.args)
-        np.testing.assert_allclose(out, paged_cache.reference(), atol=paged_cache.tolerance,
-                                   rtol=paged_cache.tolerance)
-
-`manager_machine(factory, **kw)` runs `check_manager`; `manager_machine.machine(factory,
-**kw)` returns the RuleBasedStateMachine class instead. `paged_cache` is one
-`paged_case(CaseSpec(...))`, seeded from the test's id, shaped by the optional marker's
-CaseSpec fields.
 Importing this module imports only pytest: the kit loads when a fixture is used.
 """
 

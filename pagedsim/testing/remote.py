@@ -1,34 +1,21 @@
 """Code under test in another process: the checks call it through a socket, never share memory.
 
 `pagedsim check --impl`, `pagedsim grade` (course/isolation.py) and `pagedsim conform`
-run the checks (pytest and Hypothesis included) in the grader's process and the code
-under test in a child process (started by `serve`). The two talk over one socket, in
-length-prefixed JSON messages with a closed schema (remote_codec.py), in both directions:
+run the checks in the grader's process and the code under test in a child (`serve`). The
+two talk over one socket, in length-prefixed JSON messages (remote_codec.py), both ways:
 
     ["R", seq, op, payload]      getattr / setattr / call / special (len, [], iter, ==, ...)
                                  on an object; import_impl, import_module, stepper_run: the
                                  child-only helpers
     ["P", "ok"|"err", seq, value, arguments written back]
 
-A value crosses by copy when it is plain data (remote_codec.py's table) and by *handle*
-otherwise: the receiver gets a proxy (`Remote`) whose every use is a message back. Lists,
-dicts, sets and arrays passed as arguments are copied back after the call, and a result
-that *is* one of the arguments comes back as that very object. An exception crosses as
-data (remote_errors.py), re-raised here from frames named like the student's file, so the
-runner's messages ("... (line 12 of your file)") read exactly as they do in-process.
-
-Nothing the child sends can name code in the grader: JSON has no callables, the decoder
-builds only the schema's values, exception classes come from a fixed table by name, a
-message over the limit (64 MiB by default) is refused before it is read, and anything
-malformed ends the conversation (`Channel.refused` says why). The grader hands the child
-only data and capabilities (remote_caps.py): each request is checked against the
-capability's registered surface before any attribute is looked up, and each answer passes
-the same gate, so no frame, generator, function, class or module ever crosses. The checker
-judges the answers itself: a proxy of the child's object equals only itself and has no order
-(remote_proxy.JUDGED), and the child sends a subclass of a data type as its data. Neither
-side ever unpickles.
-
-Here: the channel and the child's `serve` loop; the proxies are in remote_proxy.py.
+Data crosses by copy, anything else by *handle*: a proxy (remote_proxy.py) whose every use
+is a message back. Lists, dicts, sets and arrays passed as arguments are copied back after
+the call; an exception crosses as data, re-raised from frames named like the student's
+file (remote_errors.py). The grader's end trusts nothing it reads: the decoder builds only
+the codec's table, a message over the limit is refused unread, anything malformed ends the
+conversation (`Channel.refused` says why), and the child is served only capabilities
+(remote_caps.py). Neither side ever unpickles.
 """
 
 from __future__ import annotations

@@ -6,14 +6,10 @@ else only when its exact type is registered here with a `Surface` (the methods i
 call, attributes it may read or set, operators it may use). A request is checked against
 the surface *before* any attribute is looked up, and every answer passes the same gate
 back, so a method that returns a frame, a generator, a function, a class, a module or a
-dict of callables is refused. The only callables that cross from the checker:
-
-    Method(obj, name)   one registered method of a capability, looked up at each call
-    Cursor(iterator)    an iterator or generator: its only operation is `next`
-    Callback(function)  a check's own function handed over on purpose (it binds like one)
-
-Handing over anything else fails with `Unregistered` (an error of the checks, never the
-student's); tests/instructor/test_capabilities.py runs every type the checks hand out.
+dict of callables is refused. The only callables that cross from the checker are `Method`,
+`Cursor` and `Callback`. Handing over anything else fails with `Unregistered` (an error of
+the checks, never the student's); tests/instructor/test_capabilities.py runs every type the
+checks hand out.
 """
 
 from __future__ import annotations

@@ -211,7 +211,6 @@ class Decoder:
     ) -> None:
         self.theirs, self.ours, self.arg = theirs, ours, arg
         self.exc_class, self.exception = exc_class, exception
-        self._by_tag = {tag: getattr(self, "_" + name) for tag, (name, _) in _TAGS.items()}
 
     def decode(self, node: Any) -> Any:
         """`node` as a value, or a RemoteError: whatever the node, only the table is built."""
@@ -230,15 +229,12 @@ class Decoder:
         if type(node) is not list or not node or type(node[0]) is not str:
             raise RemoteError("a malformed message: a value that is not a tagged list")
         tag, rest = node[0], node[1:]
-        shape = _TAGS.get(tag, (None, None))[1]
-        if shape is None:
+        if tag not in _TAGS:
             raise RemoteError(f"a malformed message: an unknown tag {tag[:20]!r}")
-        if len(rest) != shape:
+        fields, build = _TAGS[tag]
+        if len(rest) != fields:
             raise RemoteError(f"a malformed message: {tag!r} with {len(rest)} fields")
-        return self._by_tag[tag](tag, rest, depth + 1)
-
-    def _bytes(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return _unb64(rest[0]) if tag == "b" else bytearray(_unb64(rest[0]))
+        return build(self, tag, rest, depth + 1)
 
     def _items(self, tag: str, rest: list[Any], depth: int) -> Any:
         if type(rest[0]) is not list:
@@ -259,19 +255,6 @@ class Decoder:
             raise RemoteError("a malformed message: a complex number that is not two numbers")
         return complex(re_, im)
 
-    def _range(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return range(*(_int(v, "a range bound") for v in rest))
-
-    def _slice(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return slice(*(self.value(v, depth) for v in rest))
-
-    def _ellipsis(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return Ellipsis
-
-    def _path(self, tag: str, rest: list[Any], depth: int) -> Any:
-        path = _str(rest[0], "a path")
-        return pathlib.PosixPath(path) if tag == "p" else pathlib.PurePosixPath(path)
-
     def _array(self, tag: str, rest: list[Any], depth: int) -> Any:
         dt, shape, data = dtype_of(rest[0]), rest[1], _unb64(rest[2])
         if (
@@ -289,9 +272,6 @@ class Decoder:
         if len(data) != dt.itemsize:
             raise RemoteError("a malformed message: a scalar whose bytes do not match its dtype")
         return np.frombuffer(data, dtype=dt)[0]
-
-    def _dtype(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return dtype_of(rest[0])
 
     def _record(self, tag: str, rest: list[Any], depth: int) -> Any:
         name, pairs = rest
@@ -313,18 +293,6 @@ class Decoder:
             raise RemoteError("a malformed message: an unknown kind of handle")
         return self.theirs(kind, _int(key, "a handle"), _str(name, "a handle's name")[:200])
 
-    def _ours(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return self.ours(_int(rest[0], "a handle"))
-
-    def _arg(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return self.arg(_int(rest[0], "an argument index"))
-
-    def _exc_class(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return self.exc_class([tag, *rest])
-
-    def _exception(self, tag: str, rest: list[Any], depth: int) -> Any:
-        return self.exception(rest, depth)
-
 
 def _keys(values: list[Any]) -> list[Any]:
     if not all(map(_is_key, values)):
@@ -343,25 +311,27 @@ def _is_key(v: object) -> bool:
     return isinstance(v, np.generic)
 
 
-# tag -> (the Decoder method that builds it, less its "_"; how many fields follow the tag)
-_TAGS = {
-    **dict.fromkeys(("b", "ba"), ("bytes", 1)),
-    **dict.fromkeys(("l", "t", "s", "fs"), ("items", 1)),
-    "d": ("dict", 1),
-    "c": ("complex", 2),
-    "r": ("range", 3),
-    "sl": ("slice", 3),
-    "...": ("ellipsis", 0),
-    **dict.fromkeys(("p", "pp"), ("path", 1)),
-    "a": ("array", 3),
-    "n": ("scalar", 2),
-    "dt": ("dtype", 1),
-    "rec": ("record", 2),
-    "h": ("handle", 3),
-    "y": ("ours", 1),
-    "g": ("arg", 1),
-    "kx": ("exc_class", 1),
-    "xc": ("exc_class", 3),
-    "x": ("exception", 8),
+# tag -> (how many fields follow the tag, what builds the value: (decoder, tag, fields, depth))
+_TAGS: dict[str, tuple[int, Callable[[Decoder, str, list[Any], int], Any]]] = {
+    "b": (1, lambda d, tag, r, depth: _unb64(r[0])),
+    "ba": (1, lambda d, tag, r, depth: bytearray(_unb64(r[0]))),
+    **dict.fromkeys(("l", "t", "s", "fs"), (1, Decoder._items)),
+    "d": (1, Decoder._dict),
+    "c": (2, Decoder._complex),
+    "r": (3, lambda d, tag, r, depth: range(*(_int(v, "a range bound") for v in r))),
+    "sl": (3, lambda d, tag, r, depth: slice(*(d.value(v, depth) for v in r))),
+    "...": (0, lambda d, tag, r, depth: Ellipsis),
+    "p": (1, lambda d, tag, r, depth: pathlib.PosixPath(_str(r[0], "a path"))),
+    "pp": (1, lambda d, tag, r, depth: pathlib.PurePosixPath(_str(r[0], "a path"))),
+    "a": (3, Decoder._array),
+    "n": (2, Decoder._scalar),
+    "dt": (1, lambda d, tag, r, depth: dtype_of(r[0])),
+    "rec": (2, Decoder._record),
+    "h": (3, Decoder._handle),
+    "y": (1, lambda d, tag, r, depth: d.ours(_int(r[0], "a handle"))),
+    "g": (1, lambda d, tag, r, depth: d.arg(_int(r[0], "an argument index"))),
+    "kx": (1, lambda d, tag, r, depth: d.exc_class([tag, *r])),
+    "xc": (3, lambda d, tag, r, depth: d.exc_class([tag, *r])),
+    "x": (8, lambda d, tag, r, depth: d.exception(r, depth)),
 }
 _CONTAINERS = {tag: t for t, tag in _SEQUENCES.items()}

@@ -1,8 +1,5 @@
-"""Run the kit's checks outside pytest: one call, a summary or a `NonConformance`.
-
-`check_manager` runs `manager_machine`; `check_attention` lives in `attention.py`.
-Both use a fixed seed by default, so the same code gives the same verdict (and the
-same minimal counterexample) on every run, and neither writes a Hypothesis database.
+"""Run the kit's checks outside pytest: one call, a summary or a `NonConformance`, with a
+fixed seed by default and no Hypothesis database (`check_attention` is in attention.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Hypothesis strategies for workloads and call sequences (NumPy + Hypothesis only).
-
-    requests()    lists of requests: prompt / output lengths, n parallel samples or a
-                  beam width, and prompts that share prefixes (for prefix caching)
-    operations()  lists of manager calls, `Op`s, whose ids may be valid or not
-
-`paged_caches()` (scattered caches for attention) lives in `caches.py`.
+"""Hypothesis strategies for workloads (`requests`) and manager calls (`operations`);
+`paged_caches()` lives in caches.py.
 """
 
 from __future__ import annotations

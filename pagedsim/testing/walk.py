@@ -2,17 +2,11 @@
 
 Grading walks folders a student controls (`course/grade_job.py`) and folders a job could
 write in (`jail.contents`): 1,100 levels deep, a million files, a link to `/`, a FIFO, a
-1 GiB sparse file. So, unlike `Path.rglob`:
-
-- the walk loops over an explicit stack (no RecursionError) and opens each folder
-  relative to its parent's descriptor with O_NOFOLLOW, so no link is ever followed (not
-  even one swapped in mid-walk); a root under /proc or /sys, or a link, is refused;
-- it stops at `Bounds.depth` folders deep and `Bounds.entries` entries with `Stopped` and
-  a one-line reason, never a partial answer passed off as whole;
-- `read` refuses anything but a regular file within its limit, and never reads more;
-- `remove_tree` deletes a folder however deep, without recursion or following a link.
-
-Open descriptors at any time: at most depth + 2, whatever the folder's width.
+1 GiB sparse file. So, unlike `Path.rglob`, the walk loops over an explicit stack (no
+RecursionError), opens each folder relative to its parent's descriptor with O_NOFOLLOW (no
+link is ever followed, not even one swapped in mid-walk), and stops at its `Bounds` with
+`Stopped` and a one-line reason, never a partial answer passed off as whole. Open
+descriptors at any time: at most depth + 2, whatever the folder's width.
 """
 
 from __future__ import annotations
