@@ -5,18 +5,11 @@ results.json.
     python -m course.autograder [--submission DIR] [--results FILE] [--exercise ID ...]
                                 [--timeout S]
 
-Gradescope unpacks the bundle into /autograder/source, runs its setup.sh once to build the
-image, and then, per submission, copies the student's files into /autograder/submission and
-runs run_autograder, which runs this. The defaults follow that layout under
-$AUTOGRADER_ROOT (default /autograder), so a test can run it anywhere.
-
-Each exercise is one job of `pagedsim grade` (course/grade_job.py: `run_one`): the same
-walk of the folder (bounded, no link followed), the same bounded read, the same private copy
-of the checks, time limit and kill of the whole session. The isolation is the container
-Gradescope makes per submission, plus what works inside it: bubblewrap, or a uid of
-its own per job when this runs as root (course/INSTRUCTORS.md says what each holds). The
-score of an exercise is its weight (course/curriculum.toml) times the share of its checks
-passed. Whatever happens, a results.json is written: a crash here is one test that says so.
+The defaults follow Gradescope's layout under $AUTOGRADER_ROOT (default /autograder). Each
+exercise is one job of `pagedsim grade` (course/grade_job.py: `run_one`), worth its weight
+(course/curriculum.toml) times the share of its checks passed; what isolates it there:
+course/INSTRUCTORS.md, "Gradescope". Whatever happens, a results.json is written: a crash
+here is one test that says so.
 """
 
 from __future__ import annotations

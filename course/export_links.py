@@ -52,13 +52,3 @@ def drop_repo_only(dest: Path) -> list[str]:
             md.write_text(new, encoding="utf-8")
             cut.append(str(md.relative_to(dest)))
     return cut
-
-
-def missing_links(dest: Path) -> list[str]:
-    dest = Path(dest)
-    return [
-        f"{md.relative_to(dest)}: {m.group(2)}"
-        for md in sorted(dest.rglob("*.md"))
-        for m in LINK.finditer(md.read_text(encoding="utf-8"))
-        if _missing(md, m.group(2))
-    ]

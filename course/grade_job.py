@@ -65,7 +65,7 @@ READ_LIMITS = ReadLimits()
 class Handed:
     """One student's folder: the file chosen per stub name, or why it could not be walked."""
 
-    files: dict  # stub name -> walk.Entry (a regular file, or a link that `refuse` names)
+    files: dict  # stub name -> walk.Entry (a regular file, or a link that `read_handed` refuses)
     error: str = ""
 
     def path(self, folder: Path, ex) -> Path:
@@ -370,17 +370,15 @@ class Run:
 
 
 def run_one(
-    student: str, ex_id: str, path: Path, run: Run, *, data: bytes | None = None, slot: int = 0
+    student: str, ex_id: str, path: Path, run: Run, *, data: bytes, slot: int = 0
 ) -> Result:
     """Grade one file in its own session; never raises for anything the student did. `data`: the
-    bytes read when grading began; `slot`: the worker (its uids)."""
+    bytes read (bounded, never through a link: read_handed) when grading began; `slot`: the
+    worker (its uids)."""
     mode = run.mode
-    if data is None and not path.is_file():
-        return row(student, ex_id, mode, "error", [f"no file {path.name}"])
-    refused = refuse(path, data)
-    if refused:
-        return row(student, ex_id, mode, "error", [refused])
-    data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
+    if any(data == p.read_bytes() for p in solutions_on_disk()):
+        why = f"{path.name} is a copy of the reference solution: not graded"
+        return row(student, ex_id, mode, "error", [why])
     # as root, the checker runs as a uid of its own and the grader starts its submission
     confine = run.command is None and mode.verified and os.geteuid() == 0  # a test's fake: as is
     users = Users.of(mode, slot) if confine else None
@@ -479,20 +477,6 @@ def _judge(base: Result, end: Ended, timeout: float) -> Result:
             f"the checker exited with code {end.returncode} before reporting: {tail[:200]}"
         ]
     return base
-
-
-def refuse(path: Path, data: bytes | None = None) -> str:
-    """Why a handed-in file is not graded at all (a link, a copy of a reference solution), or ''.
-    With `data` (read when grading began) the path is not looked at again."""
-    if data is None and (path.is_symlink() or path.resolve() != path.absolute()):
-        return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
-    try:
-        data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
-    except walk.Stopped as e:
-        return f"not graded: {e.args[0]}"
-    if any(data == p.read_bytes() for p in solutions_on_disk()):
-        return f"{path.name} is a copy of the reference solution: not graded"
-    return ""
 
 
 def solutions_on_disk() -> list[Path]:

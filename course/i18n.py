@@ -26,7 +26,6 @@ ZH = {
     "this check": "这项检查",
     "no such file: {path}": "没有这个文件：{path}",
     "importing your file": "导入你的文件",
-    "hint: {hint}": "提示：{hint}",
     "{n} more failing check(s); --verbose shows them all": (
         "还有 {n} 项检查未通过；加 --verbose 查看全部"
     ),

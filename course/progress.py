@@ -33,8 +33,7 @@ def digest(path: Path) -> str:
         return ""
 
 
-def load(where: Path | None = None) -> dict:
-    where = where or folder()
+def load(where: Path | None) -> dict:
     if where is None or not (where / NAME).is_file():
         return {}
     try:

@@ -83,6 +83,15 @@ def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an
     ]
 
 
+def test_a_byte_for_byte_copy_of_the_reference_solution_is_an_error_and_never_runs(tmp_path, fake):
+    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": solution_text("3.1")})
+    (r,) = grade.grade(root, timeout=300, command=fake)  # the fake would say "fail"
+    assert (r.status, r.messages) == (
+        "error",
+        ["ex3_1_first_fit.py is a copy of the reference solution: not graded"],
+    )
+
+
 def test_a_loop_is_killed_at_the_limit_with_everything_it_started(tmp_path, fake):
     root = submissions(tmp_path / "class", {"cat/ex3_1_first_fit.py": "LOOP"})
     (result,) = grade.grade(root, timeout=1.5, command=fake)
