@@ -2,18 +2,10 @@
 
 Whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write, as
 vLLM v0's scheduler and block manager. Each request is a *group* of sequences sharing its
-prompt (`n` samples or `beam_width` beams, forked with copy-on-write). A step:
-
-    schedule()
-    1. decode: every running sequence gets one token; while the free blocks cannot cover
-       that, victim groups (default: the newest) are preempted by the policy.
-    2. if nothing was preempted: swapped groups come back (FCFS), then waiting groups are
-       admitted in arrival order while their prompt blocks, one block of decode headroom
-       per sequence and the watermark (1% of the pool, v0's default) fit.
-    update_from_output(scheduler_output, sampled)
-    3. each decoded group is one token longer; one with `output_len` tokens is freed.
-       Beams are re-ranked synthetically: with probability `beam_reshuffle` a beam is
-       replaced by a fork of another. A `StepRecord` is appended to `records`.
+prompt (`n` samples or `beam_width` beams, forked with copy-on-write). schedule() decodes
+every running sequence, preempting victim groups (default: the newest) while short; only
+if nothing was preempted do swapped groups come back, then waiting ones are admitted
+while their blocks, decode headroom and the watermark (1% of the pool, v0's) fit.
 
 An engine that runs a model uses `add_request` and mirrors its output processor with
 `fork_seq` / `free_seq` between schedule() and update_from_output(). A forked group is
