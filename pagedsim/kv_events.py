@@ -591,8 +591,20 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
             for r in step.added:
                 fill[t.records[r].slot] = len(t.records[r].token_ids)
         k = max(k, want)
-        text = t.steps[want - 1].text if want else "an empty prefix cache"
-        out.append(_snapshot(want, text, fill, num_gpu_blocks, block_size))
+        out.append(
+            tr.Snapshot(
+                step=want,
+                custom_caption=t.steps[want - 1].text if want else "an empty prefix cache",
+                events=(),
+                num_gpu_blocks=num_gpu_blocks,
+                block_size=block_size,
+                free_list=tuple(range(num_gpu_blocks)),  # no counts: every block drawn as ref 0
+                ref_counts=(0,) * num_gpu_blocks,
+                block_fill=tuple(fill),
+                sequences=(),
+                cached_blocks=tuple(b for b in range(num_gpu_blocks) if fill[b]),
+            )
+        )
     return out
 
 
@@ -621,26 +633,8 @@ def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
     )
 
 
-def _snapshot(
-    k: int, text: str, fill: list[int], num_gpu_blocks: int, block_size: int
-) -> tr.Snapshot:
-    return tr.Snapshot(
-        step=k,
-        custom_caption=text,
-        events=(),
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size,
-        free_list=tuple(range(num_gpu_blocks)),  # no counts: every block drawn as ref 0
-        ref_counts=(0,) * num_gpu_blocks,
-        block_fill=tuple(fill),
-        sequences=(),
-        cached_blocks=tuple(b for b in range(num_gpu_blocks) if fill[b]),
-    )
-
-
 def short_hash(h: BlockHash) -> str:
     """A hash as captions and tiles name it: its last 8 hex digits (or characters)."""
-
     return format(h & 0xFFFFFFFF, "08x") if isinstance(h, int) else h[-8:]
 
 

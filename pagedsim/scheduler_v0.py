@@ -409,7 +409,7 @@ class SchedulerV0(WorkloadScheduler):
         decoded = len(scheduler_output.scheduled_cached_reqs.req_ids)
         return StepRecord(
             self.now,
-            sum(len(g.seq_ids) for g in self.running),
+            len(self._running_seqs()),
             len(self.waiting),
             len(self.swapped),
             m.pool.num_used,
@@ -466,7 +466,7 @@ class SchedulerV0(WorkloadScheduler):
     def _admit(self, g: Group) -> bool:
         m = self.manager
         k, p = len(g.seq_ids), g.prompt_len
-        if self._num_running() + k > self.max_num_seqs:
+        if len(self._running_seqs()) + k > self.max_num_seqs:
             return False
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         # the prefix cache, when there is one and the prompts' ids are known (else None)
@@ -563,6 +563,3 @@ class SchedulerV0(WorkloadScheduler):
     def _next_order(self) -> int:
         self._admitted += 1
         return self._admitted
-
-    def _num_running(self) -> int:
-        return sum(len(g.seq_ids) for g in self.running)
