@@ -622,10 +622,8 @@ class PrefixCachingManager(KVCacheManager):
 
 def _common(a: Tokens, b: Tokens) -> int:
     """The length of the common prefix of two token runs."""
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+    n = min(len(a), len(b))
+    return next((i for i, (x, y) in enumerate(zip(a[:n], b[:n], strict=True)) if x != y), n)
 
 
 __all__ = ["PrefixCachingManager", "ComputedBlocks"]
