@@ -2,17 +2,12 @@
 
 The chapter's `KVBlock` carries `ref_count` and `next_free`; here the counts live in a list
 indexed by block id (struct of arrays), and the free list is two Python stacks, as vLLM
-v0's allocator keeps them:
-
-    _ref[b]   how many block tables hold block b; 0 means b is free
-    _free     free ids, the head of the list LAST (`allocate()` pops its end)
-    _back     free ids pushed at the tail (a fifo free), oldest first: after all of _free
-
-Removal from the middle (`take`, a prefix-cache hit) is a search here; vLLM v1's
-`FreeKVCacheBlockQueue` is a doubly linked list for O(1) removal: `LinkedBlockPool`
-(linked_pool.py) replaces the free-list primitives. `free_order` says where a block whose
-count reaches 0 goes: "lifo" to the head (the chapter's order, v0's), "prepend" to the
-head as one run in the order given (v1 0.34's `prepend_n`), "fifo" to the tail (older v1).
+v0's allocator keeps them. Removal from the middle (`take`, a prefix-cache hit) is a
+search here; vLLM v1's `FreeKVCacheBlockQueue` is a doubly linked list for O(1) removal:
+`LinkedBlockPool` (linked_pool.py) replaces the free-list primitives. `free_order` says
+where a block whose count reaches 0 goes: "lifo" to the head (the chapter's order, v0's),
+"prepend" to the head as one run in the order given (v1 0.34's `prepend_n`), "fifo" to
+the tail (older v1).
 
 Invariants (checked by `check_invariants`):
     * the free list holds exactly `num_free_blocks` valid ids, none twice;
@@ -24,7 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import MAX_BLOCK_SIZE, MAX_NUM_GPU_BLOCKS, BlockError, OutOfBlocks, count_arg
+from .errors import (
+    MAX_BLOCK_SIZE,
+    MAX_NUM_GPU_BLOCKS,
+    BlockError,
+    OutOfBlocks,
+    choice_arg,
+    count_arg,
+)
 
 FREE_ORDERS = ("lifo", "prepend", "fifo")
 
@@ -44,10 +46,7 @@ class BlockPool:
     def __init__(self, num_gpu_blocks: int, block_size: int, free_order: str = "lifo"):
         num_gpu_blocks = count_arg("num_gpu_blocks", num_gpu_blocks, 1, MAX_NUM_GPU_BLOCKS)
         block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
-        if not isinstance(free_order, str):
-            raise TypeError(f"free_order must be a str, got {type(free_order).__name__}")
-        if free_order not in FREE_ORDERS:
-            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
+        choice_arg("free_order", free_order, FREE_ORDERS)
         self.num_gpu_blocks = num_gpu_blocks  # physical blocks, fixed for the pool's life
         self.block_size = block_size  # tokens per block
         self.free_order = free_order  # where a freed block re-enters the list

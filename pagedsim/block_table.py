@@ -127,7 +127,6 @@ def restore_plan(
 ) -> dict[Hashable, tuple[tuple[int, ...], int]]:
     """Validate `restore_sequences`' {seq_id: (labels, num_tokens)}: a label per logical
     block, none twice, NULL_BLOCK only where a window dropped one (never the last)."""
-
     if not isinstance(tables, dict):
         raise TypeError(f"tables must be a dict, got {type(tables).__name__}")
     plan = {}

@@ -1,10 +1,5 @@
 """The serving settings, grouped and named as vLLM groups and names them (vllm/config/).
 
-    CacheConfig       block_size, the pool's size (num_gpu_blocks_override, then
-                      num_gpu_blocks), v0's swap space (num_cpu_blocks), enable_prefix_caching
-    SchedulerConfig   max_num_batched_tokens, max_num_seqs, policy, max_model_len,
-                      long_prefill_token_threshold, preemption_mode (v0's; v1 only recomputes)
-
 Only the fields pagedsim reads, with vLLM's names, so a number keeps one name from the
 command line to the pool. Each is checked once, when it is made.
 """

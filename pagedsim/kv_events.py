@@ -1,21 +1,14 @@
 """KV cache events: what the prefix cache publishes, with vLLM v1's names and JSON shape.
 
-vLLM v1's block pool queues an event whenever the set of cached blocks changes
-(`vllm/distributed/kv_events.py`, read at commit 0181ea3): `BlockStored`, `BlockRemoved`,
-`AllBlocksCleared` (reset_prefix_cache()). Our hashes are Python's, not sha256, and our
-extra_keys stay None (pagedsim chains a prompt's extra keys from its root). The JSON
-shape is msgspec's: {"ts", "events", "data_parallel_rank"}, events tagged by "type"; older
-releases encoded each struct as an array, tag first, and `event_from_json` reads both.
+The reference is vLLM's `vllm/distributed/kv_events.py` (read at commit 0181ea3):
+`BlockStored`, `BlockRemoved`, `AllBlocksCleared`, in msgspec's JSON shape {"ts", "events",
+"data_parallel_rank"}, events tagged by "type" (older releases: arrays, tag first; both
+are read). Our hashes are Python's, not sha256. `timeline` replays a stream in one pass,
+giving each stored block (a `BlockKey`) a tile; a stream carries no block ids.
 
-`timeline` replays a stream in one pass, giving each stored block a tile (a stream carries
-no block ids). A block is a `BlockKey` (group, medium, hash): a hybrid model caches each
-hash once per group, with its own block_size. vLLM 0.34 caches one key under every block
-that computed it (a BlockStored each; kv_cache_report_mode "full" re-sends them for prefix
-hits): each is a copy on its own tile, and a BlockRemoved takes one copy away.
-
-A stream comes from another process, so every field is checked (`FIELD_RULES`), a line
+A stream comes from another process, so every field is checked (`FIELD_RULES`), and a line
 longer than MAX_LINE or nested deeper than MAX_DEPTH is refused before json's recursive
-parser sees it, and ts must be finite; each is a ValueError naming the line.
+parser sees it; each is a ValueError naming the line.
 """
 
 from __future__ import annotations
@@ -185,10 +178,8 @@ def _extra_keys_ok(keys: object) -> bool:
     )
 
 
-def _lookahead_ok(rows: object) -> bool:
-    return isinstance(rows, list) and all(
-        isinstance(r, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in r) for r in rows
-    )
+def _ids_ok(ids: object) -> bool:
+    return isinstance(ids, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in ids)
 
 
 FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must be)
@@ -200,10 +191,7 @@ FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must b
         _optional(_hash_ok),
         "None or a block hash (a 64-bit int or a hex string)",
     ),
-    "token_ids": (
-        lambda v: isinstance(v, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in v),
-        f"a list of token ids, ints in [0, {MAX_ID}]",
-    ),
+    "token_ids": (_ids_ok, f"a list of token ids, ints in [0, {MAX_ID}]"),
     "block_size": (_int_in(1, MAX_BLOCK_SIZE), f"an int in [1, {MAX_BLOCK_SIZE}]"),
     "lora_id": (
         _optional(_int_in(1, MAX_ID)),
@@ -232,7 +220,7 @@ FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must b
     "ownership": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
     "session_id": (_optional(_text_ok), f"None or a str of at most {MAX_TEXT} characters"),
     "lookahead_token_ids": (
-        _optional(_lookahead_ok),
+        _optional(lambda v: isinstance(v, list) and all(map(_ids_ok, v))),
         f"None or a list with, per block, a list of token ids in [0, {MAX_ID}]",
     ),
 }
@@ -603,8 +591,20 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
             for r in step.added:
                 fill[t.records[r].slot] = len(t.records[r].token_ids)
         k = max(k, want)
-        text = t.steps[want - 1].text if want else "an empty prefix cache"
-        out.append(_snapshot(want, text, fill, num_gpu_blocks, block_size))
+        out.append(
+            tr.Snapshot(
+                step=want,
+                custom_caption=t.steps[want - 1].text if want else "an empty prefix cache",
+                events=(),
+                num_gpu_blocks=num_gpu_blocks,
+                block_size=block_size,
+                free_list=tuple(range(num_gpu_blocks)),  # no counts: every block drawn as ref 0
+                ref_counts=(0,) * num_gpu_blocks,
+                block_fill=tuple(fill),
+                sequences=(),
+                cached_blocks=tuple(b for b in range(num_gpu_blocks) if fill[b]),
+            )
+        )
     return out
 
 
@@ -633,26 +633,8 @@ def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
     )
 
 
-def _snapshot(
-    k: int, text: str, fill: list[int], num_gpu_blocks: int, block_size: int
-) -> tr.Snapshot:
-    return tr.Snapshot(
-        step=k,
-        custom_caption=text,
-        events=(),
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size,
-        free_list=tuple(range(num_gpu_blocks)),  # no counts: every block drawn as ref 0
-        ref_counts=(0,) * num_gpu_blocks,
-        block_fill=tuple(fill),
-        sequences=(),
-        cached_blocks=tuple(b for b in range(num_gpu_blocks) if fill[b]),
-    )
-
-
 def short_hash(h: BlockHash) -> str:
     """A hash as captions and tiles name it: its last 8 hex digits (or characters)."""
-
     return format(h & 0xFFFFFFFF, "08x") if isinstance(h, int) else h[-8:]
 
 

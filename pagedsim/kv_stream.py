@@ -1,19 +1,12 @@
 """A vLLM KV event stream as it travels: ZMQ messages, captures of them, and their order.
 
 vLLM v1's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`) sends each `KVEventBatch`
-as one ZMQ message of three frames: topic (UTF-8), seq (8 bytes big-endian, from 0) and
-the payload, msgpack [ts, events, data_parallel_rank]. Its replay socket (a ROUTER)
-answers with the batches from some seq on, then an end marker: seq -1, empty payload.
-
-A capture (`.kvcap`) keeps the messages byte for byte: the header
-b"pagedsim-kv-capture/1\\n", then per message a u32 frame count and per frame a u32
-length and the bytes (big-endian; a fourth frame b"replay" marks a replayed message).
-msgpack is decoded by msgspec into plain data and checked like JSON; nothing is unpickled
-or evaluated. The limits come before and after the decoder: a payload over MAX_PAYLOAD
-bytes is refused unread (msgspec checks every length against the bytes left, so a decoded
-payload holds at most one item per byte), nesting deeper than MAX_DEPTH and msgpack ext
-types (vLLM sends none) are refused. Hashes and extra keys sent as bytes (vLLM's
-ExternalBlockHash, a prompt-embeds digest) become hex text.
+as one ZMQ message of three frames: topic, seq (8 bytes big-endian) and the msgpack
+payload; its replay socket ends a replay with seq -1. A capture (`.kvcap`) keeps the
+messages byte for byte after `MAGIC`, each frame length-prefixed (`write_message`).
+msgpack is decoded by msgspec into plain data and checked like JSON, within MAX_PAYLOAD
+and MAX_DEPTH; nothing is unpickled or evaluated, and ext types (vLLM sends none) are
+refused. Hashes and extra keys sent as bytes become hex text.
 """
 
 from __future__ import annotations

@@ -4,9 +4,7 @@ vLLM v1's `ZmqEventPublisher` binds a wildcard endpoint ("tcp://*:5557") and con
 any other, so the subscriber connects to the first and binds (`bind=True`) for the second.
 With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back. `entries`
 are in publisher order (a restarted publisher's batches follow, noted, never dropped as
-replays). A message that is not vLLM's shape is refused with one line on stderr, counted
-in `refused` and shown on the page at its seq. ZMQ buffers without limit (RCVHWM 0) but
-takes no message over MAX_FRAME bytes.
+replays).
 """
 
 from __future__ import annotations

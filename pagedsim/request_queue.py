@@ -1,12 +1,8 @@
 """The v1 scheduler's waiting queue, in its two orders (vLLM v1 core/sched/request_queue.py).
 
-    fcfs      arrival order; a preempted request goes back to the *front*
-              (v1's FCFSRequestQueue, `prepend_request`)
-    priority  a heap on (priority, arrival_time, arrival): smallest priority first, ties
-              in arrival order; a preempted request rejoins the heap (v1's
-              PriorityRequestQueue, ordered by `Request.__lt__` on the same keys)
-
-Both iterate and index (`waiting[0]` is next) in admission order.
+"fcfs": arrival order, a preempted request back at the front; "priority": a heap on
+(priority, arrival_time, arrival), a preempted request rejoining it. Both iterate and
+index (`waiting[0]` is next) in admission order.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A continuous-batching driver, as vLLM v0 or v1 schedules: `make_scheduler(mode=...)`.
 
-    mode="v0"   scheduler_v0.SchedulerV0: whole-prompt admission, a watermark, group
-                preemption (recompute or swap), fork and copy-on-write
-    mode="v1"   scheduler_v1.SchedulerV1: one token budget, chunked prefill,
-                recompute-only preemption, FCFS or priority
-
-What both share is in scheduler_common.py; what schedule() returns in scheduler_output.py.
+mode="v0" builds scheduler_v0.SchedulerV0, mode="v1" scheduler_v1.SchedulerV1; what both
+share is in scheduler_common.py, what schedule() returns in scheduler_output.py.
 """
 
 from __future__ import annotations

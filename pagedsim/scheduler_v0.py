@@ -2,18 +2,10 @@
 
 Whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write, as
 vLLM v0's scheduler and block manager. Each request is a *group* of sequences sharing its
-prompt (`n` samples or `beam_width` beams, forked with copy-on-write). A step:
-
-    schedule()
-    1. decode: every running sequence gets one token; while the free blocks cannot cover
-       that, victim groups (default: the newest) are preempted by the policy.
-    2. if nothing was preempted: swapped groups come back (FCFS), then waiting groups are
-       admitted in arrival order while their prompt blocks, one block of decode headroom
-       per sequence and the watermark (1% of the pool, v0's default) fit.
-    update_from_output(scheduler_output, sampled)
-    3. each decoded group is one token longer; one with `output_len` tokens is freed.
-       Beams are re-ranked synthetically: with probability `beam_reshuffle` a beam is
-       replaced by a fork of another. A `StepRecord` is appended to `records`.
+prompt (`n` samples or `beam_width` beams, forked with copy-on-write). schedule() decodes
+every running sequence, preempting victim groups (default: the newest) while short; only
+if nothing was preempted do swapped groups come back, then waiting ones are admitted
+while their blocks, decode headroom and the watermark (1% of the pool, v0's) fit.
 
 An engine that runs a model uses `add_request` and mirrors its output processor with
 `fork_seq` / `free_seq` between schedule() and update_from_output(). A forked group is
@@ -417,7 +409,7 @@ class SchedulerV0(WorkloadScheduler):
         decoded = len(scheduler_output.scheduled_cached_reqs.req_ids)
         return StepRecord(
             self.now,
-            sum(len(g.seq_ids) for g in self.running),
+            len(self._running_seqs()),
             len(self.waiting),
             len(self.swapped),
             m.pool.num_used,
@@ -474,7 +466,7 @@ class SchedulerV0(WorkloadScheduler):
     def _admit(self, g: Group) -> bool:
         m = self.manager
         k, p = len(g.seq_ids), g.prompt_len
-        if self._num_running() + k > self.max_num_seqs:
+        if len(self._running_seqs()) + k > self.max_num_seqs:
             return False
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         # the prefix cache, when there is one and the prompts' ids are known (else None)
@@ -571,6 +563,3 @@ class SchedulerV0(WorkloadScheduler):
     def _next_order(self) -> int:
         self._admitted += 1
         return self._admitted
-
-    def _num_running(self) -> int:
-        return sum(len(g.seq_ids) for g in self.running)

@@ -2,22 +2,11 @@
 
 The reference is vLLM v1's core/sched/scheduler.py. There are no prefill and decode
 phases: each request has `num_computed_tokens` and `num_tokens` (prompt + sampled), and
-each step gives tokens until `max_num_batched_tokens` is spent:
-
-    1. running requests first: each gets min(tokens left, budget,
-       long_prefill_token_threshold if set and another request runs or waits). When
-       `allocate_slots` returns None the *last* running request is preempted (under
-       "priority", the largest (priority, arrival_time)): freed (full blocks stay
-       cached) and back to waiting with num_computed_tokens = 0. If the victim is the
-       request itself the step stops scheduling running ones; under "priority" the next
-       ones go on (v1 0.34).
-    2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
-       while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`) and
-       allocated for what the budget allows.
-    3. `schedule()` returns a SchedulerOutput; `update_from_output(scheduler_output,
-       sampled)` takes a token for every request that caught up and frees one with
-       `output_len` tokens sampled. `step()` fakes the model with the workload.
-       Between steps `finish_requests` aborts requests (v1's FINISHED_ABORTED).
+each step gives tokens, running requests first, then (only if nothing was preempted)
+waiting ones in queue order (request_queue.py), until `max_num_batched_tokens` is spent.
+When `allocate_slots` returns None the last running request (under "priority", the
+largest (priority, arrival_time)) is preempted: freed, its full blocks staying cached,
+and back to waiting with num_computed_tokens = 0.
 
 A request longer than `max_model_len`, or whose blocks could never fit, is refused when
 the scheduler is built (ValueError). No watermark, swap or beam search; parallel samples

@@ -2,11 +2,7 @@
 
 The vLLM paper (Sec. 6.1) reports the datasets' mean lengths; we do not ship the datasets.
 `synthetic` draws each length from a log-normal, rounded and clipped to [1, cap], with `mu`
-solved by bisection so that the *clipped* mean equals the paper's:
-
-    dataset    mean in/out      sigma in/out   cap in/out    why the caps
-    sharegpt   161.31 / 337.99  1.0 / 0.9      1024 / 1024   prompt + output <= 2048 (OPT)
-    alpaca      19.31 /  58.45  0.6 / 0.8       256 /  512   the paper's histograms end there
+solved by bisection so that the *clipped* mean equals the paper's (`DATASETS`).
 
 A CSV trace (UTF-8, a BOM allowed) has the header `prompt_len,output_len` and optional
 columns `n`, `beam_width` and `arrival_step`, within MAX_SEQ_LEN, MAX_SAMPLES, MAX_REQUESTS
@@ -65,7 +61,8 @@ class Request:
         return max(self.n, self.beam_width)
 
 
-# name -> ((mean, sigma, cap) for the input, (mean, sigma, cap) for the output)
+# name -> ((mean, sigma, cap) for the input, (mean, sigma, cap) for the output); the caps:
+# ShareGPT's prompt + output <= 2048 (OPT's context), Alpaca's where the paper's histograms end
 DATASETS = {
     "sharegpt": ((161.31, 1.0, 1024), (337.99, 0.9, 1024)),
     "alpaca": ((19.31, 0.6, 256), (58.45, 0.8, 512)),
@@ -213,7 +210,6 @@ def prompt_tokens(
     """Token ids for each prompt, for prefix caching: one of `num_prefixes` shared system
     prompts (length in `prefix_lens`, prefix k with weight 1/(k+1)), then at least one
     fresh random token."""
-
     requests = request_list(requests)
     seed = count_arg("seed", seed, 0, (1 << 64) - 1)
     num_prefixes = count_arg("num_prefixes", num_prefixes, 1, 1 << 16)

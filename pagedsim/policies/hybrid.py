@@ -17,7 +17,7 @@ Each group is a manager of its own over one `CachingBlockPool`, chaining from it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import trace as tr
@@ -349,19 +349,12 @@ class HybridManager:
             for s in self.full.seq_ids()
             for name, g in zip(GROUPS, self.groups, strict=True)
         ]
-        return tr.Snapshot(
+        fill = block_fill([t for _, t in tables], self.num_gpu_blocks, self.block_size)
+        return replace(  # the full group's snapshot shows the one pool and its cached blocks
+            self.full.snapshot(caption=caption),
             step=self.step,
-            custom_caption=caption,
-            events=(),
-            num_gpu_blocks=self.num_gpu_blocks,
-            block_size=self.block_size,
-            free_list=tuple(self.pool.free_list()),
-            ref_counts=tuple(self.pool.ref_counts()),
-            block_fill=tuple(
-                block_fill([t for _, t in tables], self.num_gpu_blocks, self.block_size)
-            ),
+            block_fill=tuple(fill),
             sequences=tuple(tr.SeqState(name, tuple(t.blocks), t.num_tokens) for name, t in tables),
-            cached_blocks=tuple(self.pool.cached_free_blocks()),
         )
 
     def check_invariants(self) -> None:

@@ -4,18 +4,13 @@ single_type_kv_cache_manager.py).
 Every full block whose token ids are known is named by a chained hash of (parent's hash,
 its tokens) as it fills, and stays findable until handed out again (`cache_pool.py`). A
 lookup's hit is the longest run of cached full blocks from the start, capped at n - 1
-tokens (v1's `max_cache_hit_length`: the last token is computed for its logits).
-
-    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then `allocate_slots(...,
-               computed=...)`: new blocks, or None with nothing changed; never preempts.
-               A stale or forged `ComputedBlocks` is a ValueError.
-    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call.
-
+tokens (v1's `max_cache_hit_length`: the last token is computed for its logits). v1's
+calls are `get_computed_blocks` then `allocate_slots`; v0's `add_sequence` does both.
 A `cache_salt` or `lora_id` (v1's extra keys) starts a prompt's chain from its own root.
-A swap (v0) restores a sequence into fresh blocks; `prefix_state(seq)`, taken before the
-free, lets `restore_sequences` chain them again, as v0's swap_in re-hashes. Invariant
-(tests/cache/test_prefix_cache.py's machine): after a swap-in, every full block of the
-sequence is cached under the chained hash of its token prefix.
+
+Invariant (tests/cache/test_prefix_cache.py's machine): after a swap-in
+(`restore_sequences` given `prefix_state(seq)`), every full block of the sequence is
+cached under the chained hash of its token prefix, as v0's swap_in re-hashes.
 """
 
 from __future__ import annotations
@@ -627,10 +622,8 @@ class PrefixCachingManager(KVCacheManager):
 
 def _common(a: Tokens, b: Tokens) -> int:
     """The length of the common prefix of two token runs."""
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
+    n = min(len(a), len(b))
+    return next((i for i, (x, y) in enumerate(zip(a[:n], b[:n], strict=True)) if x != y), n)
 
 
 __all__ = ["PrefixCachingManager", "ComputedBlocks"]

@@ -101,15 +101,12 @@ class SlidingWindowManager(KVCacheManager):
 
     def _end_step(self) -> None:
         if not self.slide_on_allocate:
-            self._slide_all()
+            for seq_id in self._tables:
+                self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
         super()._end_step()
 
     def _before_extend(self, seq_id: SeqId) -> None:
         if self.slide_on_allocate:
-            self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
-
-    def _slide_all(self) -> None:
-        for seq_id in self._tables:
             self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
 
     def _remove_skipped_blocks(self, seq_id: SeqId, num_computed_tokens: int) -> None:
@@ -122,8 +119,7 @@ class SlidingWindowManager(KVCacheManager):
             return
         # the last block first, as v1 does: it ends the longer prefix, so it is evicted first;
         # freed in one call, as v1's free_blocks (unhashed ones reach the head as one run)
-        dropped = [table.blocks[k] for k in range(stop - 1, i - 1, -1)]
-        dropped = [b for b in dropped if b != NULL_BLOCK]
+        dropped = [b for b in reversed(table.blocks[i:stop]) if b != NULL_BLOCK]
         self.pool.release(dropped)
         for logical in range(i, stop):
             table.blocks[logical] = NULL_BLOCK
