@@ -149,37 +149,12 @@ def _classic_switches(raw: Json, path: Path, family: str) -> Switches:
             raise CheckpointError(
                 f"{path}: field {name} is {short(raw[name])}; only {default} is served"
             )
-    flag = {  # field, default
-        "gpt_neox": ("use_parallel_residual", True),
-        "falcon": ("parallel_attn", True),
-        "stablelm": ("use_parallel_residual", False),
-    }.get(family)
-    parallel = {"phi": "shared", "cohere": "shared"}.get(family)
-    if flag is not None and field(raw, path, flag[0], bool, flag[1]):
-        parallel = "two" if family == "gpt_neox" else "shared"
-    bias = {
-        "gpt2": True,
-        "phi": True,
-        "gpt_neox": field(raw, path, "attention_bias", bool, True),
-        "falcon": field(raw, path, "bias", bool, False),
-        "starcoder2": field(raw, path, "use_bias", bool, True),
-        "stablelm": False,
-        "cohere": field(raw, path, "attention_bias", bool, False),
-    }[family]
-    qkv_bias = bias or (family == "stablelm" and field(raw, path, "use_qkv_bias", bool, False))
-    return dict(
-        norm="layer_nobias" if family == "cohere" else "layer",
-        parallel=parallel,
-        qkv_bias=qkv_bias,
-        o_bias=bias,
-        mlp_bias=bias and family not in ("cohere",),
-        mlp_gated=family in ("stablelm", "cohere"),
-        lm_head_bias=family == "phi",
-        rope_interleaved=family == "cohere",
-        logit_multiplier=field(raw, path, "logit_scale", float, 0.0625)
-        if family == "cohere"
-        else 1.0,
-    )
+    spec = CLASSIC[family]
+    out: Switches = {"norm": "layer", "mlp_gated": False, **spec.fixed}
+    out.update({k: field(raw, path, f, type(d), d) for k, (f, d) in spec.read.items()})
+    if spec.parallel is not None and field(raw, path, spec.parallel[1], bool, spec.parallel[2]):
+        out["parallel"] = spec.parallel[0]
+    return out
 
 
 def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:

@@ -8,7 +8,7 @@ config classes' defaults. hf_config.py reads config.json through these tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..io import tables
@@ -26,6 +26,9 @@ class Classic:
     share: float = 1.0  # the rotary share of a head when config.json gives none
     # sizes under their own field names: quantity -> (field, default); None: 4 x hidden
     sizes: tuple[tuple[str, tuple[str, int | None]], ...] = ()
+    fixed: Defaults = field(default_factory=dict)  # ModelConfig switches the family always sets
+    read: dict[str, tuple[str, Any]] = field(default_factory=dict)  # switch -> (field, default)
+    parallel: tuple[str, str, bool] | None = None  # (block, the field that turns it on, default)
 
 
 _TABLES = tables.beside(__file__)
@@ -55,6 +58,9 @@ CLASSIC = {
         sizes=tuple(
             (k, (f[0], f[1] if len(f) > 1 else None)) for k, f in c.get("sizes", {}).items()
         ),
+        fixed=c.get("fixed", {}),
+        read={k: tuple(f) for k, f in c.get("read", {}).items()},
+        parallel=tuple(c["parallel"]) if "parallel" in c else None,
     )
     for family, c in _TABLES["classic"].items()
 }
