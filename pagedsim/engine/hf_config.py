@@ -23,6 +23,7 @@ from .hf_families import (
     GEMMA,
     MOE_BASE,
     REFUSED,
+    SWITCHES,
 )
 from .hf_generation import config_eos, generation_config
 from .hf_json import CheckpointError, Json, field, optional, read_json, short
@@ -354,14 +355,8 @@ def _modern_config(raw: Json, path: Path, family: str) -> ModelConfig:
         act=act,
         no_rope_layers=no_rope,
         rotary_dim=rotary,
-        fused=family == "phi3",
-        rope_switch_recomputes=family == "phi3",
         **_moe_fields(raw, path, family, layers),
-        norm_offset=1 if family in GEMMA else 0,
-        norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
-            family, "pre"
-        ),
-        qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
+        **SWITCHES.get(family, {}),
         **scales,
     )
 

@@ -39,6 +39,7 @@ GEMMA = tuple(_TABLES["gemma"])
 MAX_POSITIONS: dict[str, int] = _TABLES["max_positions"]
 ACTIVATIONS: dict[str, str] = _TABLES["activations"]
 CLASSIC_REFUSED: dict[str, Defaults] = _TABLES["classic_refused"]
+SWITCHES: dict[str, Defaults] = _TABLES["switches"]  # a Llama-like family's fixed switches
 
 
 def _defaults(family: str) -> Defaults:
