@@ -40,6 +40,7 @@ MAX_POSITIONS: dict[str, int] = _TABLES["max_positions"]
 ACTIVATIONS: dict[str, str] = _TABLES["activations"]
 CLASSIC_REFUSED: dict[str, Defaults] = _TABLES["classic_refused"]
 SWITCHES: dict[str, Defaults] = _TABLES["switches"]  # a Llama-like family's fixed switches
+MOE: dict[str, Defaults] = _TABLES["moe"]  # a mixture of experts' switches: fixed and read
 
 
 def _defaults(family: str) -> Defaults:
