@@ -3,7 +3,8 @@ the tables of hf_families.toml, read once.
 
 FAMILIES maps config.json's `architectures` to a family, REFUSED says why a family is out
 of reach; DEFAULTS, MAX_POSITIONS and CLASSIC (the classic families' field names) are the
-config classes' defaults. hf_config.py reads config.json through these tables.
+config classes' defaults; CLASSIC, SWITCHES and MOE hold the ModelConfig switches each
+family sets. hf_config.py reads config.json through these tables.
 """
 
 from __future__ import annotations
