@@ -14,12 +14,8 @@ Each step prints its batch and what the block manager did; the end prints each
 request's text, its prefix-cache hits, and whether every token and logit matched the
 dense engine. --turns N serves a conversation: each turn's prompt is the transcript so far
 and the next speaker's cue, so turn 2 on hits turn 1's prompt *and* answer blocks (v1
-caches generated blocks too).
-
-`serve` works as a vLLM user would: prompts and SamplingParams (BeamSearchParams for a
-beam search) for a `pagedsim.LLM` (llm.py), served by `LLM.generate` and checked by
-`LLM.check_dense`; `pool=` serves a block manager under test beside pagedsim's own
-(lockstep.py).
+caches generated blocks too). `serve` goes through `pagedsim.LLM` (llm.py), as a vLLM
+user would.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..app.cli import COURSE_POOLS  # the pools the course registers (course.POOLS)
 from ..config import CacheConfig, SchedulerConfig
 from ..io.args import ArgParser, distinct_files, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
@@ -150,13 +151,12 @@ def _engine_args(p: ArgParser) -> None:
         help="v1's automatic prefix caching: on unless --no-enable-prefix-caching (off with "
         "another --pool)",
     )
-    pools = _pools()
     p.add_argument(
         "--pool",
-        choices=("reference", *pools),
+        choices=("reference", *COURSE_POOLS),
         default="reference",
         help="the block pool that serves: reference = pagedsim's own"
-        + "".join(f"; {name} = {help_}" for name, (_, help_) in pools.items())
+        + "".join(f"; {name} = {help_}" for name, (_, help_) in COURSE_POOLS.items())
         + " (served beside the reference pool and compared after every manager call)",
     )
     p.add_argument(
@@ -185,16 +185,9 @@ def _output_args(p: ArgParser) -> None:
     )
 
 
-def _pools() -> dict[str, tuple[str, str]]:
-    """The pools the course registers (course.POOLS, read by the `pagedsim` command)."""
-    from ..app.cli import COURSE_POOLS
-
-    return COURSE_POOLS
-
-
 def pool_factory(name: str) -> Callable[[int, int], KVCacheManager]:
     """The factory (num_gpu_blocks, block_size) -> KVCacheManager of a registered pool."""
-    module, func = _pools()[name][0].split(":")
+    module, func = COURSE_POOLS[name][0].split(":")
     factory: Callable[[int, int], KVCacheManager] = getattr(importlib.import_module(module), func)()
     return factory
 

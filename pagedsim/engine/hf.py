@@ -1,17 +1,7 @@
-"""Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
-
-    config.json              Llama, Qwen2/3, Mistral, Gemma 1-3, Phi-3, OLMo-2, SmolLM3,
-                             Granite; GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2,
-                             Cohere (tensor names: layouts.py); the mixtures of experts
-                             Mixtral, Qwen2-MoE, OLMoE, Granite-MoE (moe.py)
-                             -> hf_config.py, hf_families.py, hf_rope.py
-    model.safetensors        or its index and shards, or (with torch) pytorch_model*.bin
-                             through torch.load(weights_only=True) -> hf_weights.py
-    tokenizer.json           read by Hugging Face's `tokenizers` library
-    generation_config.json   optional -> hf_generation.py
-
-Nothing is fetched from a network; every failure is one line, a `hf_json.CheckpointError`
-(a ValueError) naming the file and the field.
+"""Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline:
+config.json (hf_config.py), the weights (hf_weights.py), tokenizer.json (Hugging Face's
+`tokenizers`), generation_config.json (hf_generation.py). Every failure is one line, a
+`hf_json.CheckpointError` (a ValueError) naming the file and the field.
 """
 
 from __future__ import annotations

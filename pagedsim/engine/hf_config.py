@@ -21,8 +21,10 @@ from .hf_families import (
     DEFAULTS,
     FAMILIES,
     GEMMA,
+    MOE,
     MOE_BASE,
     REFUSED,
+    SWITCHES,
 )
 from .hf_generation import config_eos, generation_config
 from .hf_json import CheckpointError, Json, field, optional, read_json, short
@@ -141,6 +143,14 @@ def _no_rope(raw: Json, path: Path, layers: int) -> tuple[int, ...]:
     return tuple(i for i, f in enumerate(flags) if not f)
 
 
+def _table_switches(raw: Json, path: Path, fixed: Json, read: Json) -> Switches:
+    """The switches a family's table sets: `fixed` ones, and ones `read` from config.json
+    (switch -> (field, transformers' default), the default's type the field's)."""
+    out: Switches = dict(fixed)
+    out.update({k: field(raw, path, f, type(d), d) for k, (f, d) in read.items()})
+    return out
+
+
 def _classic_switches(raw: Json, path: Path, family: str) -> Switches:
     """The ModelConfig switches of GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2 and
     Cohere, read from their config fields with their transformers defaults."""
@@ -149,37 +159,11 @@ def _classic_switches(raw: Json, path: Path, family: str) -> Switches:
             raise CheckpointError(
                 f"{path}: field {name} is {short(raw[name])}; only {default} is served"
             )
-    flag = {  # field, default
-        "gpt_neox": ("use_parallel_residual", True),
-        "falcon": ("parallel_attn", True),
-        "stablelm": ("use_parallel_residual", False),
-    }.get(family)
-    parallel = {"phi": "shared", "cohere": "shared"}.get(family)
-    if flag is not None and field(raw, path, flag[0], bool, flag[1]):
-        parallel = "two" if family == "gpt_neox" else "shared"
-    bias = {
-        "gpt2": True,
-        "phi": True,
-        "gpt_neox": field(raw, path, "attention_bias", bool, True),
-        "falcon": field(raw, path, "bias", bool, False),
-        "starcoder2": field(raw, path, "use_bias", bool, True),
-        "stablelm": False,
-        "cohere": field(raw, path, "attention_bias", bool, False),
-    }[family]
-    qkv_bias = bias or (family == "stablelm" and field(raw, path, "use_qkv_bias", bool, False))
-    return dict(
-        norm="layer_nobias" if family == "cohere" else "layer",
-        parallel=parallel,
-        qkv_bias=qkv_bias,
-        o_bias=bias,
-        mlp_bias=bias and family not in ("cohere",),
-        mlp_gated=family in ("stablelm", "cohere"),
-        lm_head_bias=family == "phi",
-        rope_interleaved=family == "cohere",
-        logit_multiplier=field(raw, path, "logit_scale", float, 0.0625)
-        if family == "cohere"
-        else 1.0,
-    )
+    spec = CLASSIC[family]
+    out = {"norm": "layer", "mlp_gated": False, **_table_switches(raw, path, spec.fixed, spec.read)}
+    if spec.parallel is not None and field(raw, path, spec.parallel[1], bool, spec.parallel[2]):
+        out["parallel"] = spec.parallel[0]
+    return out
 
 
 def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
@@ -248,24 +232,11 @@ def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
 
 def _moe_fields(raw: Json, path: Path, family: str, layers: int) -> Switches:
     """The mixture-of-experts switches (moe.py) of Mixtral, Qwen2-MoE, OLMoE, Granite-MoE."""
-    if family not in MOE_BASE:
+    if family not in MOE:
         return {}
-    count = "num_local_experts" if family in ("mixtral", "granitemoe") else "num_experts"
-    out: Switches = dict(
-        experts=field(
-            raw, path, count, int, {"mixtral": 8, "qwen2_moe": 60, "olmoe": 64}.get(family, 8)
-        ),
-        experts_per_token=field(
-            raw, path, "num_experts_per_tok", int, {"qwen2_moe": 4, "olmoe": 8}.get(family, 2)
-        ),
-        router="topk_softmax" if family == "granitemoe" else "softmax_topk",
-        norm_topk=family == "mixtral"
-        or (family in ("qwen2_moe", "olmoe") and field(raw, path, "norm_topk_prob", bool, False)),
-        expert_mlp=field(raw, path, "intermediate_size", int),
-    )
+    out: Switches = dict(expert_mlp=field(raw, path, "intermediate_size", int))
+    out.update(_table_switches(raw, path, MOE[family].get("fixed", {}), MOE[family]["read"]))
     if family == "qwen2_moe":
-        out["expert_mlp"] = field(raw, path, "moe_intermediate_size", int, 1408)
-        out["shared_mlp"] = field(raw, path, "shared_expert_intermediate_size", int, 5632)
         step = field(raw, path, "decoder_sparse_step", int, 1)
         dense = raw.get("mlp_only_layers") or []
         if not (isinstance(dense, list) and all(type(i) is int and 0 <= i < layers for i in dense)):
@@ -379,14 +350,8 @@ def _modern_config(raw: Json, path: Path, family: str) -> ModelConfig:
         act=act,
         no_rope_layers=no_rope,
         rotary_dim=rotary,
-        fused=family == "phi3",
-        rope_switch_recomputes=family == "phi3",
         **_moe_fields(raw, path, family, layers),
-        norm_offset=1 if family in GEMMA else 0,
-        norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
-            family, "pre"
-        ),
-        qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
+        **SWITCHES.get(family, {}),
         **scales,
     )
 

@@ -17,15 +17,8 @@ serves unless a request forks (n > 1, beam search), preemption_mode is "swap" or
 under test (sliding-window models always run v1). A finished request leaves `llm_engine`
 unless `keep_logits=True` (for `check_dense`).
 
-`trace=True` records the manager's every call and checks its invariants after every step
-(`steps`: per engine step, the snapshot and each block's text); `pool=Pool(...)` serves a
-block manager under test beside pagedsim's own (lockstep.py).
-
-Outputs are vLLM's RequestOutput and CompletionOutput; `logprobs` are of the raw logits
-(vLLM's raw_logprobs). A stop string ends a sample, its text cut as vLLM's detokenizer
-cuts; a stop token stays in token_ids and out of the text. BeamSearchParams are served
-beside sampled prompts, as v0 served beam search. Chat templates render in jinja2's
-ImmutableSandboxedEnvironment, as transformers does (the extra `pagedsim[chat]`).
+`trace=True` records the manager's every call and checks its invariants after every step;
+`pool=Pool(...)` serves a block manager under test beside pagedsim's own (lockstep.py).
 """
 
 from __future__ import annotations

@@ -6,30 +6,8 @@
         -> norm -> lm_head (/ logit_scale, soft-cap)
 
 One set of equations covers the Hugging Face families hf.py loads; each differs from
-Llama (modeling_llama.py) in a few switches of `ModelConfig`:
-
-    Llama 2/3, Mistral, Qwen2   the defaults (Qwen2: q/k/v biases); Llama 3: rope "llama3"
-    Qwen3                       qk_norm "head": RMSNorm over each head's D before RoPE
-    Gemma                       norm_offset 1 ((1 + w) RMSNorm), embed_scale sqrt(hidden),
-                                act gelu_tanh (GeGLU)
-    Gemma 2                     + norm_layout "sandwich" (pre- and post-norms around attention
-                                and MLP), attn/final soft-caps, attn_scale from
-                                query_pre_attn_scalar, sliding layers (layer_types)
-    Gemma 3                     + qk_norm "head", local_rope_base for the sliding layers
-    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope"
-    OLMo-2                      norm_layout "post" (norms after attention and MLP only),
-                                qk_norm "all" (over the whole projection, H*D)
-    SmolLM3                     no_rope_layers: layers that skip RoPE
-    Granite                     embed_scale, attn_scale, residual_scale, logit_scale
-    GPT-2                       norm "layer" (LayerNorm + bias), learned_positions, a plain
-                                (not gated) MLP with biases, biases on every projection
-    GPT-NeoX (Pythia)           + parallel "two" (x + attn(ln1 x) + mlp(ln2 x)), rotary_dim
-    Phi-2                       + parallel "shared" (one norm feeds both), lm_head_bias
-    Falcon                      parallel "shared", multi-query (kv_heads 1), exact GELU
-    StableLM                    LayerNorm, gated MLP, q/k/v biases, rotary_dim
-    Starcoder2                  LayerNorm, plain GELU MLP with biases, a sliding window
-    Cohere                      norm "layer_nobias", parallel "shared", rope_interleaved,
-                                logit_multiplier
+Llama (modeling_llama.py) in a few switches of `ModelConfig` (hf_config.py sets them per
+family; each field's comment names the families that use it).
 
 Weights keep Hugging Face's names and shapes ([out, in] per linear layer), float32.
 Attention is not in here: `qkv` gives a layer's projections, `finish` takes the attention
@@ -99,14 +77,15 @@ class ModelConfig:
     rope_scaling: tuple[tuple[str, Any], ...] = ()  # rope_scaling's sorted (key, value)s
     local_rope_base: float | None = None  # sliding layers' rope_theta (Gemma 3)
     no_rope_layers: tuple[int, ...] = ()  # layer indices that skip RoPE (SmolLM3)
-    rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
+    rotary_dim: int | None = None  # R: RoPE on R dims of a head (GPT-NeoX, Phi-2; None: D)
     fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
     rope_switch_recomputes: bool = False  # longrope's switch re-embeds the cache (Phi-3)
-    norm: str = "rms"  # "rms", "layer" (LayerNorm with bias), "layer_nobias" (Cohere)
+    norm: str = "rms"  # "rms", "layer" (LayerNorm + bias: GPT-2...), "layer_nobias" (Cohere)
     mlp_gated: bool = True  # act(gate) * up -> down; False: act(up + b) -> down + b (GPT-2)
     mlp_bias: bool = False  # the MLP's up/down (and gate) projections have biases
     parallel: str | None = None  # attention and MLP read one input: "shared" norm or "two"
-    learned_positions: int = 0  # > 0: a learned position table of this many rows, no rope
+    # ("shared": Phi-2, Falcon, Cohere; "two", a norm each: GPT-NeoX)
+    learned_positions: int = 0  # > 0: a learned position table of this many rows, no rope (GPT-2)
     lm_head_bias: bool = False  # lm_head has a bias (Phi-2)
     logit_multiplier: float = 1.0  # logits are multiplied by this (Cohere logit_scale)
     rope_interleaved: bool = False  # rope pairs (x[2i], x[2i+1]) (Cohere)

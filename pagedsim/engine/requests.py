@@ -86,12 +86,6 @@ def _real(name: str, value: object, high: float = math.inf, low: float = 0.0) ->
     return value
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    x = np.asarray(logits, np.float64)
-    x = x - x.max()
-    return np.asarray(x - np.log(np.exp(x).sum()))
-
-
 def seq_key(seq_id: tuple[int, int]) -> str:
     """A scheduler's sequence id (request, sample) as RequestState names it: (1, 0) -> "r1.0"."""
     return f"r{seq_id[0]}.{seq_id[1]}"
@@ -205,7 +199,9 @@ class RequestState:
         cand = bs.top_candidates(
             [self.score[s] for s in beams],
             [  # the repetition-penalised logits (temperature 0: nothing else)
-                log_softmax(sampling.process(logits[s], p, self.tokens[s][len(p) :], self.params))
+                sampling.log_softmax(
+                    sampling.process(logits[s], p, self.tokens[s][len(p) :], self.params)
+                )
                 for s in beams
             ],
             bs.num_candidates(width, r.stop_token_ids),

@@ -209,11 +209,16 @@ def draw(processed: np.ndarray, params: SamplingParams, index: int, step: int) -
         return int(np.argmax(np.asarray(processed, np.float64) + gumbel))
 
 
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """float64 log-probabilities of logits [V]."""
+    x = np.asarray(logits, np.float64)
+    x = x - x.max()
+    return np.asarray(x - np.log(np.exp(x).sum()))
+
+
 def top_logprobs(logits: np.ndarray, token: int, n: int) -> dict[int, float]:
     """{token id: log-probability} of the n most likely tokens and the chosen one, from
     the raw logits (vLLM's raw_logprobs)."""
-    x = np.asarray(logits, np.float64)
-    lp = x - x.max()
-    lp = lp - np.log(np.exp(lp).sum())
+    lp = log_softmax(logits)
     best = np.argsort(-lp, kind="stable")[:n]
     return {int(t): float(lp[t]) for t in [token, *best.tolist()]}
