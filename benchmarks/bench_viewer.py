@@ -9,7 +9,8 @@ script, so the same page comes from the command line:
 Measured in headless system Chromium (Playwright, never a browser download): the page's size
 (target <= 6 MB), the time to write and to load it, and each kind of step change (TIMING;
 target < 100 ms); `--cpu` adds the renderer's CPU (`cpu_times`), `--paired` compares two
-pages jump by jump (`paired_jumps`). benchmarks/README.md has the method and the figures.
+pages jump by jump (`paired_jumps`; with `--from I`, next steps from step I on instead).
+benchmarks/README.md has the method and the figures.
 """
 
 from __future__ import annotations
@@ -313,19 +314,19 @@ PAIRED_JUMP = """async ([i, mark]) => {
 }"""
 
 
-def paired_jumps(pages: list[Path], jumps: int, seed: int = 1) -> dict:
+def paired_jumps(pages: list[Path], jumps: int, seed: int = 1, first: int | None = None) -> dict:
     """Two pages in two tabs of one traced browser take the same random jumps in turn (which
     goes first alternates), so a load spike falls on both: per page the renderer main
     thread's CPU per jump (the change's task and its thread's tasks up to its next jump),
     and the median of the per-jump ratios second / first, which the load moves far less
-    than either page's own figure."""
+    than either page's own figure. `first`: next steps from that step on, not random jumps."""
     marks = [f"{MARK}-{k}" for k in range(len(pages))] + [f"{MARK}-end"]
     with chromium() as b:
         tabs = [show(b.new_page(viewport=VIEWPORT), path) for path in pages]
         rng, n = random.Random(seed), tabs[0].evaluate("window.pagedsimViewer.count()")
         with traced(b, tabs[0], TRACED) as events:
             for j in range(jumps):
-                i = rng.randrange(n)
+                i = rng.randrange(n) if first is None else min(n - 1, first + j)
                 for k in range(len(tabs)) if j % 2 == 0 else reversed(range(len(tabs))):
                     tabs[k].evaluate(PAIRED_JUMP, [i, marks[k]])
             for tab in tabs:
@@ -385,6 +386,9 @@ def main(argv=None) -> int:
         metavar="JUMPS",
         help="with two --page: the two in two tabs, one random jump each in turn, JUMPS times",
     )
+    p.add_argument(
+        "--from", type=int, dest="first", metavar="I", help="--paired: next steps from I"
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.page:
@@ -394,7 +398,7 @@ def main(argv=None) -> int:
         if args.paired:
             if len(args.page) != 2:
                 p.error("--paired takes two --page")
-            print(json.dumps(paired_jumps(args.page, args.paired), indent=1))
+            print(json.dumps(paired_jumps(args.page, args.paired, first=args.first), indent=1))
             return 0
         with busy(args.busy):
             results = browser_times(args.page, args.samples, cpu=args.cpu)
