@@ -58,8 +58,7 @@ if _backend.backend() == "simulator":
     from .sim import simulator as _warp
     from .sim import tensor_sim as _tensor
 
-    _warp.install_shuffles()
-    _warp.install_votes()
+    _warp.install()
 else:
     from .gpu import intrinsics as _warp
 

@@ -46,11 +46,11 @@ ADDS = (
     (
         "lazy rescale: the step",
         "primitives.py",
-        221,
+        220,
         "def softmax_rescale(m_old, tile_max, slack):",
     ),
     ("lazy rescale (tensor cores)", "fast/decode_tc.py", 240, "softmax_rescale(m[r], top, SLACK)"),
-    ("swizzle: the layout", "primitives.py", 116, "def swizzled(row, chunk, stride, shift, mask):"),
+    ("swizzle: the layout", "primitives.py", 115, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 117, "= swizzle_shape(CH)"),
     ("multi-warp CTAs: NW warps", "fast/decode.py", 97, "warps: int = 4,"),
     ("multi-warp CTAs: the merge", "fast/decode.py", 420, "every row's state is in shared memory"),

@@ -137,18 +137,6 @@ def shfl_xor_sync(mask, value, lane_mask):
 SWITCH_INTERVAL_S = 5e-4
 
 
-def install_shuffles() -> None:
-    """Give the simulator's in-kernel `cuda` module the four shuffles (idempotent), and
-    lower Python's 5 ms thread switch interval (every shuffle hands the GIL to each lane
-    in turn: 2-3x faster kernels here)."""
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
-
-    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-    for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
-        setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
-    FakeCUDAShared.array = _shared_array
-
-
 def any_sync(mask, predicate):
     """CUDA's __any_sync: 1 if the predicate is non-zero in any lane of `mask`, else 0."""
     votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
@@ -160,13 +148,20 @@ def syncwarp(mask=0xFFFFFFFF):
     _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
 
 
-def install_votes() -> None:
-    """Give the simulator's `cuda` module `any_sync` and `syncwarp` (numba's own kept)."""
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+def install() -> None:
+    """Give the simulator's in-kernel `cuda` module the four shuffles, `any_sync` and
+    `syncwarp` (numba's own kept) and a thread-safe `cuda.shared.array` (idempotent), and
+    lower Python's 5 ms thread switch interval (every shuffle hands the GIL to each lane
+    in turn: 2-3x faster kernels here)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+    for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
+        setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
     for fn in (any_sync, syncwarp):
         if not hasattr(FakeCUDAModule, fn.__name__):
             setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
+    FakeCUDAShared.array = _shared_array
 
 
 def _shared_array(self, shape, dtype, alignment=None):
