@@ -86,11 +86,10 @@ def ptx_spec(sig):
     """The production tensor-core kernel's (python function, signature, threads)."""
     from numba import types as t
 
+    from ..fast.decode import decode_sig
     from ..fast.decode_tc import tc_geometry
 
-    f16c5, f32c3 = t.Array(t.float16, 5, "C"), t.Array(t.float32, 3, "C")
-    args = (f16c5, f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"))
-    args += (t.Array(t.int32, 1, "C"), t.float32, t.int32, t.int32, t.int32)
-    args += (t.Array(t.float32, 4, "C"), f32c3, f32c3)
+    f16c5 = t.Array(t.float16, 5, "C")
+    args = decode_sig(f16c5, f16c5, t.Array(t.float16, 3, "C"))
     threads = 32 * tc_geometry(REPORT_HEAD_DIM, REPORT_GROUP)["warps"]
     return __getattr__("kernel").py_func, args, threads
