@@ -54,7 +54,8 @@ def require_shape(name: str, a, expected: tuple):
         raise ValueError(f"{name} must have shape {tuple(expected)}, got {shape_of(a)}")
 
 
-def require_inner_contiguous(name: str, a, skip: int = 1):
+def require_contiguous(name: str, a, skip: int = 0):
+    """C-contiguous past the first `skip` dimensions (a pool view's outer stride is free)."""
     item = np.dtype(a.dtype).itemsize
     expect = item
     for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]), strict=True):
@@ -64,10 +65,6 @@ def require_inner_contiguous(name: str, a, skip: int = 1):
                 f"(strides {tuple(a.strides)}, shape {shape_of(a)})"
             )
         expect *= size
-
-
-def require_c_contiguous(name: str, a):
-    require_inner_contiguous(name, a, skip=0)
 
 
 def index_array(name: str, a, ndim: int):
@@ -177,7 +174,7 @@ def write_back(host, dev):
 def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
     """The shape of a valid query [rows, H, D] for this cache."""
     require_array("query", query, 3, FLOAT_DTYPES)
-    require_c_contiguous("query", query)
+    require_contiguous("query", query)
     rows, num_heads, q_dim = shape_of(query)
     if q_dim != head_dim:
         raise ValueError(f"query head_dim {q_dim} does not match the cache's {head_dim}")

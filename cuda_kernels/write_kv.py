@@ -92,7 +92,7 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
     for name, a in (("key", key), ("value", value)):
         ck.require_array(name, a, 3, (kv_cache.dtype,))
         ck.require_shape(name, a, (num_tokens, num_kv_heads, head_dim))
-        ck.require_c_contiguous(name, a)
+        ck.require_contiguous(name, a)
     ck.require_range(
         "slot_mapping",
         slots,
