@@ -113,14 +113,13 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
 
 
 def vector_chunks(src, dst) -> int:
+    """16-byte chunks per block, or 0 unless both pools' blocks start 16-byte aligned."""
     block_bytes = int(np.prod(src.shape[1:])) * np.dtype(src.dtype).itemsize
-    if block_bytes % 16 or not all(_blocks_aligned16(a) for a in (src, dst)):
-        return 0
-    return block_bytes // 16
-
-
-def _blocks_aligned16(pool) -> bool:
-    return device_address(pool) % 16 == 0 and (pool.shape[0] < 2 or pool.strides[0] % 16 == 0)
+    aligned = (
+        device_address(a) % 16 == 0 and (a.shape[0] < 2 or a.strides[0] % 16 == 0)
+        for a in (src, dst)
+    )
+    return block_bytes // 16 if block_bytes % 16 == 0 and all(aligned) else 0
 
 
 def _launch(src, dst, pairs: np.ndarray, num_kv_heads: int) -> None:
