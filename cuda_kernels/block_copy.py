@@ -11,7 +11,7 @@ A block's [2, H_kv, B, D] elements are contiguous (the launchers check it), so a
 is one run of `block_bytes` bytes and the copy is a flat one:
   * vector path (`copy_blocks_vec`): when the run is a whole number of 16-byte chunks and
     both pools' data pointers and block strides are 16-byte aligned, every thread moves
-    UNROLL chunks per loop trip with `primitives.load16` / `vecstore.store16`
+    UNROLL chunks per loop trip with `primitives.load16` / `store16`
     (ld.global.nc.v4.u32 / st.global.v4.u32), all UNROLL loads issued before the first
     store, so 64 bytes per thread are in flight. Grid: (num_pairs, spans), spans CTAs per
     pair (enough for ~8 CTAs per SM of the device in all, at most one per UNROLL x threads
@@ -28,8 +28,7 @@ from . import _backend
 from . import _checks as ck
 from .attention import sm_count
 from .layout import check_kv_cache
-from .primitives import device_address, itemsize, load16
-from .vecstore import store16
+from .primitives import device_address, itemsize, load16, store16
 
 UNROLL = 4  # 16-byte chunks in flight per thread
 CTAS_PER_SM = 8  # CTAs to aim for per SM (the SM count is the device's: attention.sm_count)

@@ -20,8 +20,7 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .layout import check_kv_cache
-from .primitives import aligned16, itemsize, load16
-from .vecstore import store16
+from .primitives import aligned16, itemsize, load16, store16
 
 
 @cuda.jit

@@ -15,8 +15,8 @@ Programming Guide documents ("Warp Shuffle Functions"):
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
   * any_sync and syncwarp ("Warp Vote Functions") are the same warp-synchronous exchange;
     `cuda.shared.array` becomes a thread-safe copy of numba's own (`_shared_array`);
-  * load16 reads memory as the GPU does; a misaligned or out-of-bounds address raises
-    (on a GPU: a misaligned-address or illegal-address fault).
+  * load16 and store16 touch memory as the GPU does; a misaligned or out-of-bounds
+    address raises (on a GPU: a misaligned-address or illegal-address fault).
 """
 
 from __future__ import annotations
@@ -232,6 +232,11 @@ def checked_address(what: str, array, index, nbytes: int = 16) -> int:
 def load16(array, index):
     words = np.frombuffer(ctypes.string_at(checked_address("load16", array, index), 16), np.uint32)
     return tuple(np.uint32(w) for w in words)
+
+
+def store16(array, index, words):
+    raw = np.array([int(w) for w in words], np.uint32).tobytes()
+    ctypes.memmove(checked_address("store16", array, index), raw, 16)
 
 
 def itemsize(array):
