@@ -80,16 +80,11 @@ def index_array(name: str, a, ndim: int):
         if len(widths) > 1:
             raise ValueError(f"{name} has rows of different lengths {widths}")
         flat = [x for r in flat for x in r]
-    bad = next(
-        (
-            x
-            for x in flat
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))
-        ),
-        None,
-    )
-    if bad is not None:
-        raise TypeError(f"{name} must hold ints, got {bad!r} ({type(bad).__name__})")
+    bad = [
+        x for x in flat if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))
+    ]
+    if bad:
+        raise TypeError(f"{name} must hold ints, got {bad[0]!r} ({type(bad[0]).__name__})")
     if any(not -(2**63) <= int(x) < 2**63 for x in flat):
         raise ValueError(f"{name} holds a value outside int64")
     arr = np.asarray(a, dtype=np.int64)
@@ -221,11 +216,6 @@ def block_tables_and_lens(block_tables, context_lens, num_seqs: int, block_size:
         raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     require_shape("context_lens", lens, (num_seqs,))
     max_blocks = tables.shape[1]
-    require_range(
-        "context_lens",
-        lens,
-        1,
-        max_blocks * block_size + 1,
-        f": block_tables has {max_blocks} blocks of {block_size} tokens",
-    )
+    why = f": block_tables has {max_blocks} blocks of {block_size} tokens"
+    require_range("context_lens", lens, 1, max_blocks * block_size + 1, why)
     return tables, lens
