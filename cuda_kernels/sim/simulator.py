@@ -22,6 +22,7 @@ Programming Guide documents ("Warp Shuffle Functions"):
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import threading
 
@@ -118,22 +119,13 @@ def shuffle(mode: str, mask: int, value, b: int, width: int = WARP):
     return values[src]
 
 
-def shfl_sync(mask, value, src_lane):
-    return shuffle("idx", mask, value, src_lane)
-
-
-def shfl_up_sync(mask, value, delta):
-    return shuffle("up", mask, value, delta)
-
-
-def shfl_down_sync(mask, value, delta):
-    return shuffle("down", mask, value, delta)
-
-
-def shfl_xor_sync(mask, value, lane_mask):
-    return shuffle("xor", mask, value, lane_mask)
-
-
+# numba's four shuffles (width 32) and the `shuffle` mode each one is
+SHUFFLES = {
+    "shfl_sync": "idx",
+    "shfl_up_sync": "up",
+    "shfl_down_sync": "down",
+    "shfl_xor_sync": "xor",
+}
 SWITCH_INTERVAL_S = 5e-4
 
 
@@ -156,8 +148,8 @@ def install() -> None:
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-    for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
-        setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
+    for name, mode in SHUFFLES.items():
+        setattr(FakeCUDAModule, name, staticmethod(functools.partial(shuffle, mode)))
     for fn in (any_sync, syncwarp):
         if not hasattr(FakeCUDAModule, fn.__name__):
             setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
