@@ -18,7 +18,7 @@ import sys
 import warnings
 
 _MODES = ("gpu", "simulator")
-_state: dict = {}  # {"mode": "gpu"|"simulator", "reason": str}
+_state: dict = {}  # {"mode": "gpu"|"simulator"}
 
 
 def _driver_visible() -> bool:
@@ -69,19 +69,13 @@ def select() -> str:
                 f"cuda_kernels: {reason}; running kernels on Numba's CUDA simulator",
                 file=sys.stderr,
             )
-    _state.update(mode=mode, reason=reason)
+    _state["mode"] = mode
     return mode
 
 
 def backend() -> str:
     """'gpu' or 'simulator': where this process runs the kernels."""
     return select()
-
-
-def reason() -> str:
-    """Why `backend()` is what it is (one sentence)."""
-    select()
-    return _state["reason"]
 
 
 def block_threads() -> int:

@@ -54,7 +54,8 @@ def require_shape(name: str, a, expected: tuple):
         raise ValueError(f"{name} must have shape {tuple(expected)}, got {shape_of(a)}")
 
 
-def require_inner_contiguous(name: str, a, skip: int = 1):
+def require_contiguous(name: str, a, skip: int = 0):
+    """C-contiguous past the first `skip` dimensions (a pool view's outer stride is free)."""
     item = np.dtype(a.dtype).itemsize
     expect = item
     for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]), strict=True):
@@ -64,10 +65,6 @@ def require_inner_contiguous(name: str, a, skip: int = 1):
                 f"(strides {tuple(a.strides)}, shape {shape_of(a)})"
             )
         expect *= size
-
-
-def require_c_contiguous(name: str, a):
-    require_inner_contiguous(name, a, skip=0)
 
 
 def index_array(name: str, a, ndim: int):
@@ -83,16 +80,11 @@ def index_array(name: str, a, ndim: int):
         if len(widths) > 1:
             raise ValueError(f"{name} has rows of different lengths {widths}")
         flat = [x for r in flat for x in r]
-    bad = next(
-        (
-            x
-            for x in flat
-            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))
-        ),
-        None,
-    )
-    if bad is not None:
-        raise TypeError(f"{name} must hold ints, got {bad!r} ({type(bad).__name__})")
+    bad = [
+        x for x in flat if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))
+    ]
+    if bad:
+        raise TypeError(f"{name} must hold ints, got {bad[0]!r} ({type(bad[0]).__name__})")
     if any(not -(2**63) <= int(x) < 2**63 for x in flat):
         raise ValueError(f"{name} holds a value outside int64")
     arr = np.asarray(a, dtype=np.int64)
@@ -177,7 +169,7 @@ def write_back(host, dev):
 def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
     """The shape of a valid query [rows, H, D] for this cache."""
     require_array("query", query, 3, FLOAT_DTYPES)
-    require_c_contiguous("query", query)
+    require_contiguous("query", query)
     rows, num_heads, q_dim = shape_of(query)
     if q_dim != head_dim:
         raise ValueError(f"query head_dim {q_dim} does not match the cache's {head_dim}")
@@ -224,11 +216,6 @@ def block_tables_and_lens(block_tables, context_lens, num_seqs: int, block_size:
         raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     require_shape("context_lens", lens, (num_seqs,))
     max_blocks = tables.shape[1]
-    require_range(
-        "context_lens",
-        lens,
-        1,
-        max_blocks * block_size + 1,
-        f": block_tables has {max_blocks} blocks of {block_size} tokens",
-    )
+    why = f": block_tables has {max_blocks} blocks of {block_size} tokens"
+    require_range("context_lens", lens, 1, max_blocks * block_size + 1, why)
     return tables, lens

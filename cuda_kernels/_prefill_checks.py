@@ -37,11 +37,15 @@ def compute_capability() -> tuple[int, int] | None:
     return tuple(cuda.get_current_device().compute_capability)
 
 
-def _wgmma_refusal(kv_cache) -> str | None:
-    why = wgmma_unservable(int(kv_cache.shape[4]), kv_cache.dtype)
+def _refusal(path: str, kv_cache) -> str | None:
+    """Why the "tensor" or "wgmma" kernel cannot serve this cache, or None."""
+    wgmma = path == "wgmma"
+    unservable = wgmma_unservable if wgmma else tc_unservable
+    why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
     if why is None and not staged_aligned(kv_cache):
-        why = "the wgmma path needs a 16-byte aligned kv_cache (data and strides)"
-    cc = compute_capability()
+        label = "wgmma" if wgmma else "tensor-core"
+        why = f"the {label} path needs a 16-byte aligned kv_cache (data and strides)"
+    cc = compute_capability() if wgmma else None
     if why is None and cc is not None and cc != (9, 0):
         why = (
             f"the wgmma path needs an sm_90 GPU (compute capability 9.0), this one has "
@@ -57,19 +61,12 @@ def choose_path(path, kv_cache) -> str:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
         return path
-    if path == "wgmma":
-        why = _wgmma_refusal(kv_cache)
-        if why is not None:
-            raise ValueError(f"path='wgmma': {why}")
-        return path
-    why = tc_unservable(int(kv_cache.shape[4]), kv_cache.dtype)
-    if why is None and not staged_aligned(kv_cache):
-        why = "the tensor-core path needs a 16-byte aligned kv_cache (data and strides)"
+    why = _refusal("wgmma" if path == "wgmma" else "tensor", kv_cache)
     if why is None:
-        return "tensor"
-    if path == "tensor":
-        raise ValueError(f"path='tensor': {why}")
-    return "cuda_core"
+        return "tensor" if path == "auto" else path
+    if path == "auto":
+        return "cuda_core"
+    raise ValueError(f"path={path!r}: {why}")
 
 
 class PrefillBatch(NamedTuple):

@@ -280,15 +280,8 @@ def decode_with(
         part = int(count.max())
     num_parts = -(-int(count.max()) // part)
     grid = (shape.num_kv_heads * chunks, num_seqs, num_parts)
-    ck.require_grid(
-        "paged_attention",
-        grid,
-        (
-            "KV heads x head chunks",
-            "sequences",
-            f"partitions (longest context / partition_size {part})",
-        ),
-    )
+    parts = f"partitions (longest context / partition_size {part})"
+    ck.require_grid("paged_attention", grid, ("KV heads x head chunks", "sequences", parts))
     LAST_PLAN.clear()
     LAST_PLAN.update(
         path=path, partition_size=int(part), num_partitions=int(num_parts), threads=int(threads)

@@ -11,7 +11,7 @@ A block's [2, H_kv, B, D] elements are contiguous (the launchers check it), so a
 is one run of `block_bytes` bytes and the copy is a flat one:
   * vector path (`copy_blocks_vec`): when the run is a whole number of 16-byte chunks and
     both pools' data pointers and block strides are 16-byte aligned, every thread moves
-    UNROLL chunks per loop trip with `primitives.load16` / `vecstore.store16`
+    UNROLL chunks per loop trip with `primitives.load16` / `store16`
     (ld.global.nc.v4.u32 / st.global.v4.u32), all UNROLL loads issued before the first
     store, so 64 bytes per thread are in flight. Grid: (num_pairs, spans), spans CTAs per
     pair (enough for ~8 CTAs per SM of the device in all, at most one per UNROLL x threads
@@ -28,8 +28,7 @@ from . import _backend
 from . import _checks as ck
 from .attention import sm_count
 from .layout import check_kv_cache
-from .primitives import device_address, itemsize, load16
-from .vecstore import store16
+from .primitives import device_address, itemsize, load16, store16
 
 UNROLL = 4  # 16-byte chunks in flight per thread
 CTAS_PER_SM = 8  # CTAs to aim for per SM (the SM count is the device's: attention.sm_count)
@@ -113,14 +112,13 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
 
 
 def vector_chunks(src, dst) -> int:
+    """16-byte chunks per block, or 0 unless both pools' blocks start 16-byte aligned."""
     block_bytes = int(np.prod(src.shape[1:])) * np.dtype(src.dtype).itemsize
-    if block_bytes % 16 or not all(_blocks_aligned16(a) for a in (src, dst)):
-        return 0
-    return block_bytes // 16
-
-
-def _blocks_aligned16(pool) -> bool:
-    return device_address(pool) % 16 == 0 and (pool.shape[0] < 2 or pool.strides[0] % 16 == 0)
+    aligned = (
+        device_address(a) % 16 == 0 and (a.shape[0] < 2 or a.strides[0] % 16 == 0)
+        for a in (src, dst)
+    )
+    return block_bytes // 16 if block_bytes % 16 == 0 and all(aligned) else 0
 
 
 def _launch(src, dst, pairs: np.ndarray, num_kv_heads: int) -> None:

@@ -92,7 +92,7 @@ def check_kv_cache(name: str, kv_cache) -> CacheShape:
         )
     if min(num_blocks, num_kv_heads, block_size, head_dim) < 1:
         raise ValueError(f"{name} has an empty dimension: shape {ck.shape_of(kv_cache)}")
-    ck.require_inner_contiguous(name, kv_cache)
+    ck.require_contiguous(name, kv_cache, skip=1)
     return CacheShape(num_blocks, num_kv_heads, block_size, head_dim)
 
 

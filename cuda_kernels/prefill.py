@@ -360,11 +360,7 @@ def paged_prefill(
     mask = checked(mask, shape.head_dim)
     batch = check_batch(query, shape, block_tables, context_lens, query_start_loc, mask)
     out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
-    on_device = batch._replace(
-        tables=ck.to_device(batch.tables),
-        lens=ck.to_device(batch.lens),
-        starts=ck.to_device(batch.starts),
-    )
+    on_device = PrefillBatch(*map(ck.to_device, batch[:3]), batch.q_lens)  # tables, lens, starts
     cache = ck.to_device(kv_cache)
     launcher(cache, ck.to_device(query), on_device, mask=mask, out=out, path=path)()
     LAST_PATH["path"] = path

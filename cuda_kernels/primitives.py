@@ -3,6 +3,7 @@ reductions, online-softmax state (Milakov & Gimelshein 2018) and its merge), so 
 kernel body reads as its algorithm. Imported from `gpu/intrinsics` on a GPU or `sim/`
 under the simulator:
     load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
+    store16(array, index, words)                          its partner: one 16-byte store
     itemsize(array)              -> int                   element bytes, a compile-time constant
     fast_exp2(x)                 -> float32               2^x, one MUFU.EX2 (ex2.approx.ftz)
     half2_to_float2(word)        -> (float32, float32)    unpack two float16 from a u32
@@ -37,8 +38,8 @@ cp.async: copies land only after the thread's cp_async_wait retires their group;
 threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
 Hopper's wgmma (sm_90a) lives in `fast/wgmma.py`, its stand-ins in `sim/wgmma_sim.py`.
 The softmax pieces work in base 2 (q pre-multiplied by scale * log2(e)), as
-FlashAttention does. load16's caller guarantees 16-byte alignment and bounds (the
-launcher checks `aligned16` once). Kernel bodies never ask which backend they run on.
+FlashAttention does. load16's and store16's callers guarantee 16-byte alignment and bounds
+(the launcher checks `aligned16` once). Kernel bodies never ask which backend they run on.
 """
 
 from __future__ import annotations
@@ -58,8 +59,7 @@ if _backend.backend() == "simulator":
     from .sim import simulator as _warp
     from .sim import tensor_sim as _tensor
 
-    _warp.install_shuffles()
-    _warp.install_votes()
+    _warp.install()
 else:
     from .gpu import intrinsics as _warp
 
@@ -71,6 +71,7 @@ fast_exp2 = _warp.fast_exp2
 half2_to_float2 = _warp.half2_to_float2
 itemsize = _warp.itemsize
 load16 = _warp.load16
+store16 = _warp.store16
 cp_async16 = _tensor.cp_async16
 cp_async_commit = _tensor.cp_async_commit
 cp_async_wait = _tensor.cp_async_wait

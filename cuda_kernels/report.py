@@ -94,21 +94,12 @@ def _memory_specs() -> list:
     ]
 
 
-def _decode_sig(cache, q) -> tuple:
-    from numba import types as t
-
-    i32 = t.int32
-    f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
-    tables, lens = t.Array(i32, 2, "C"), t.Array(i32, 1, "C")
-    return (cache, cache, q, tables, lens, t.float32, i32, i32, i32, f32c4, f32c3, f32c3)
-
-
 def _decode_specs() -> list:
     """The decode kernel on the CUDA cores (several G, dtypes, layouts) and on the tensor cores."""
     import numpy as np
     from numba import types as t
 
-    from .fast.decode import make_decode_kernel
+    from .fast.decode import decode_sig, make_decode_kernel
     from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor"
     from .labs.contiguous import CONTIGUOUS
     from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
@@ -130,11 +121,11 @@ def _decode_specs() -> list:
         kern = make_decode_kernel(
             loaders, head_dim, group, np.dtype(dtype.name), block_size, warps=warps, paged=paged
         )
-        sig = _decode_sig(cache, t.Array(dtype, 3, "C"))
+        sig = decode_sig(cache, cache, t.Array(dtype, 3, "C"))
         specs.append((f"paged_decode[{name}]", kern.py_func, sig, 32 * warps))
     for group in (4, 8, 16):
         kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
-        sig = _decode_sig(f16c5, t.Array(t.float16, 3, "C"))
+        sig = decode_sig(f16c5, f16c5, t.Array(t.float16, 3, "C"))
         threads = 32 * tc_geometry(128, group)["warps"]
         specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func, sig, threads))
     return specs
@@ -331,7 +322,7 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
     case = prefill_case(name, func, row["ctas_per_sm"])
     row.update(case)
     row.update(roofline.model(row, case.get("reuse", 1.0), expects_flops=bool(case)))
-    row["path"] = path_of(name)
+    row["path"] = next((p for k, p in PATH_PREFIXES.items() if name.startswith(k)), None)
     return row
 
 
@@ -397,13 +388,12 @@ def _closed_over(func) -> dict:
     return dict(zip(code.co_freevars, (c.cell_contents for c in cells), strict=True))
 
 
-def path_of(kernel: str) -> str | None:
-    """The path a decode kernel serves ("tensor" / "cuda_core"), or "wgmma"."""
-    if kernel.startswith("paged_decode_tc["):
-        return "tensor"
-    if kernel.startswith("paged_prefill_wgmma["):
-        return "wgmma"
-    return "cuda_core" if kernel.startswith("paged_decode[") else None
+# the path a kernel serves, by name prefix: "tensor" / "cuda_core" (decode), "wgmma"
+PATH_PREFIXES = {
+    "paged_decode_tc[": "tensor",
+    "paged_prefill_wgmma[": "wgmma",
+    "paged_decode[": "cuda_core",
+}
 
 
 class _NoDevice:

@@ -20,8 +20,7 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .layout import check_kv_cache
-from .primitives import aligned16, itemsize, load16
-from .vecstore import store16
+from .primitives import aligned16, itemsize, load16, store16
 
 
 @cuda.jit
@@ -92,14 +91,9 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
     for name, a in (("key", key), ("value", value)):
         ck.require_array(name, a, 3, (kv_cache.dtype,))
         ck.require_shape(name, a, (num_tokens, num_kv_heads, head_dim))
-        ck.require_c_contiguous(name, a)
-    ck.require_range(
-        "slot_mapping",
-        slots,
-        -(2**62),
-        num_blocks * block_size,
-        f" (the cache has {num_blocks} blocks of {block_size} slots)",
-    )
+        ck.require_contiguous(name, a)
+    why = f" (the cache has {num_blocks} blocks of {block_size} slots)"
+    ck.require_range("slot_mapping", slots, -(2**62), num_blocks * block_size, why)
     real = np.sort(slots[slots >= 0])
     twice = real[1:][real[1:] == real[:-1]]
     if len(twice):
@@ -109,10 +103,6 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
     cache, d_key, d_value = ck.to_device(kv_cache), ck.to_device(key), ck.to_device(value)
     kernel = write_kv_vec if use_vector_path(cache, d_key, d_value) else write_kv_kernel
     ck.require_grid("write_kv", (num_tokens, 1, 1), ("tokens", "", ""))
-    kernel[num_tokens, _backend.block_threads()](
-        cache,
-        d_key,
-        d_value,
-        ck.to_device(slots) if not ck.is_device(slot_mapping) else slot_mapping,
-    )
+    d_slots = slot_mapping if ck.is_device(slot_mapping) else ck.to_device(slots)
+    kernel[num_tokens, _backend.block_threads()](cache, d_key, d_value, d_slots)
     ck.write_back(kv_cache, cache)

@@ -525,3 +525,14 @@ def decode_kernel(c, loaders, locate):
         merge(outs, ring, st, place, (seq, head0, heads, cuda.blockIdx.z), tid)
 
     return paged_decode
+
+
+def decode_sig(k, v, q) -> tuple:
+    """numba types of the decode kernels' arguments (this one's and `decode_tc`'s) for K,
+    V and query of types k, v, q: what `python -m cuda_kernels.report` compiles."""
+    from numba import types as t
+
+    i32 = t.int32
+    f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
+    tables, lens = t.Array(i32, 2, "C"), t.Array(i32, 1, "C")
+    return (k, v, q, tables, lens, t.float32, i32, i32, i32, f32c4, f32c3, f32c3)

@@ -3,12 +3,13 @@ only on the real CUDA target; `sim/` holds the stand-ins with the same names).
 
     load16(array, index)   `load <4 x i32>, ptr addrspace(1), align 16, !invariant.load`
                            -> ld.global.nc.v4.u32 on sm_80 / sm_90
+    store16(array, index, words)   its partner for the copy kernels -> st.global.v4.u32
     half2_to_float2(word)  bitcast i32 -> <2 x half>, fpext -> <2 x float>  (cvt.f32.f16 x2)
     bits_to_float(word)    bitcast i32 -> float (free: a register rename)
     itemsize(array)        the element size as a compile-time constant
     fast_exp2(x)           ex2.approx.ftz.f32 (one MUFU.EX2)
 
-Reference: NVVM IR specification (address spaces, !invariant.load); PTX ISA, ld.
+Reference: NVVM IR specification (address spaces, !invariant.load); PTX ISA, ld, st.
 """
 
 from __future__ import annotations
@@ -43,6 +44,37 @@ def load16(typingctx, array, index):
         load.set_metadata("invariant.load", builder.module.add_metadata([]))
         words = [builder.extract_element(load, ir.Constant(_I32, i)) for i in range(4)]
         return context.make_tuple(builder, sig.return_type, words)
+
+    return sig, codegen
+
+
+@intrinsic
+def store16(typingctx, array, index, words):
+    """Write words (u32, u32, u32, u32), as load16 returns them, to the 16 bytes starting
+    at element `index` of `array`: `store <4 x i32>, ptr addrspace(1), align 16`."""
+    if not (
+        isinstance(array, types.Array)
+        and isinstance(index, types.Integer)
+        and isinstance(words, types.UniTuple)
+        and words.count == 4
+        and isinstance(words.dtype, types.Integer)
+    ):
+        return None
+    sig = types.void(array, index, words)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        at = context.cast(builder, args[1], sig.args[1], types.intp)
+        element = builder.gep(ary.data, [at])  # generic pointer to array[index]
+        vec = ir.Constant(ir.VectorType(_I32, 4), ir.Undefined)
+        for i in range(4):
+            word = context.cast(
+                builder, builder.extract_value(args[2], i), sig.args[2].dtype, types.uint32
+            )
+            vec = builder.insert_element(vec, word, ir.Constant(_I32, i))
+        ptr = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 1))
+        builder.store(vec, builder.bitcast(ptr, ir.PointerType(vec.type, 1)), align=16)
+        return context.get_dummy_value()
 
     return sig, codegen
 

@@ -13,16 +13,13 @@ import cuda_kernels  # noqa: F401  (selects the GPU or the simulator before numb
 
 # Compile-time constants of the PTX build: an 8B-class model head, GPU launch config.
 PTX_HEAD_DIM, PTX_GROUP, PTX_THREADS, PTX_BLOCK_SIZE = 128, 4, 128, 16
-_TAIL = (
-    "{q}[:, :, ::1], int32[:, ::1], int32[::1], float32, int32, int32, int32, "
-    "float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1]"
-)
 
 
 def _ptx_kernels() -> list:
     import numpy as np
+    from numba import types as t
 
-    from cuda_kernels.fast.decode import make_decode_kernel
+    from cuda_kernels.fast.decode import decode_sig, make_decode_kernel
 
     from .layouts import LAYOUTS, LOADERS
 
@@ -32,13 +29,11 @@ def _ptx_kernels() -> list:
         kern = make_decode_kernel(
             ld, PTX_HEAD_DIM, PTX_GROUP, np.dtype(dtype), PTX_BLOCK_SIZE, warps=PTX_THREADS // 32
         )
-        k, v = (
-            f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]"
-            for n in (len(spec.k_axes), len(spec.v_axes))
+        k, v, q = (
+            t.Array(getattr(t, dtype), n, "C") for n in (len(spec.k_axes), len(spec.v_axes), 3)
         )
-        sig = f"void({k}, {v}, {_TAIL.format(q=dtype)})"
         label = f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]"
-        rows.append((label, kern.py_func, sig, PTX_THREADS))
+        rows.append((label, kern.py_func, decode_sig(k, v, q), PTX_THREADS))
     return rows
 
 

@@ -19,17 +19,10 @@ from numba import cuda
 
 from cuda_kernels import paged_attention
 from cuda_kernels.layout import check_kv_cache
+from cuda_kernels.primitives import device_address
 
 OFFSETS = (0, 4, 16, 64, 128)  # bytes past a 128-byte boundary
 LINE = 128
-
-
-def device_address(arr) -> int:
-    """The first byte's address of a device array (GPU) or of its host stand-in (simulator)."""
-    cai = getattr(arr, "__cuda_array_interface__", None)
-    if cai is not None:
-        return int(cai["data"][0])
-    return int(arr.ctypes.data)
 
 
 def offset_pool(shape, dtype, offset: int):

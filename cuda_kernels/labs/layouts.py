@@ -135,8 +135,8 @@ def geometry(layout: str, k_src, v_src) -> tuple[int, int, int, int]:
     ck.require_array("v_src", v_src, len(spec.v_axes), ck.FLOAT_DTYPES)
     if np.dtype(k_src.dtype) != np.dtype(v_src.dtype):
         raise ValueError(f"k_src and v_src dtypes differ: {k_src.dtype} vs {v_src.dtype}")
-    ck.require_c_contiguous("k_src", k_src)
-    ck.require_c_contiguous("v_src", v_src)
+    ck.require_contiguous("k_src", k_src)
+    ck.require_contiguous("v_src", v_src)
     ks, x = ck.shape_of(k_src), vec_width(k_src.dtype)
     n, h, b, d = spec.dims(ks, x)
     ck.require_shape("v_src", v_src, spec.array_shape("v", n, h, b, d, x))

@@ -1,13 +1,6 @@
 """Host side shared by every rung: validate exactly as `paged_attention` does, then hand
-the rung device arrays and the shape. The kernels trust what this checked.
-
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
-    case.cache, case.query, case.tables, case.lens   device arrays
-    case.num_seqs, num_heads, num_kv_heads, group, block_size, head_dim, scale, dtype
-    out = case.output()      float32 [S, H, D], NaN-poisoned under the simulator
-    case.result(out)         NumPy when the query was NumPy, else the device array
-    case.run(kernel, grid, threads, *extra)   launch into case.output(), then its result
-    case.split(partition_size, rung)          a split-K launch's grid and buffers
+the rung a `Case` (device arrays and the shape; `decoder` makes a rung's `decode`). The
+kernels trust what this checked.
 """
 
 from __future__ import annotations

@@ -41,16 +41,16 @@ PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (RE
 ADDS = (
     ("base-2 exp: log2(e)", "fast/decode.py", 69, "LOG2E = 1.4426950408889634"),
     ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 514, "float32(scale * LOG2E)"),
-    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 90, "def fast_exp2(typingctx, x):"),
+    ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 122, "def fast_exp2(typingctx, x):"),
     ("lazy rescale: SLACK", "fast/decode.py", 70, "SLACK = float32(8.0)"),
     (
         "lazy rescale: the step",
         "primitives.py",
-        221,
+        222,
         "def softmax_rescale(m_old, tile_max, slack):",
     ),
     ("lazy rescale (tensor cores)", "fast/decode_tc.py", 240, "softmax_rescale(m[r], top, SLACK)"),
-    ("swizzle: the layout", "primitives.py", 116, "def swizzled(row, chunk, stride, shift, mask):"),
+    ("swizzle: the layout", "primitives.py", 117, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 117, "= swizzle_shape(CH)"),
     ("multi-warp CTAs: NW warps", "fast/decode.py", 97, "warps: int = 4,"),
     ("multi-warp CTAs: the merge", "fast/decode.py", 420, "every row's state is in shared memory"),
@@ -86,11 +86,10 @@ def ptx_spec(sig):
     """The production tensor-core kernel's (python function, signature, threads)."""
     from numba import types as t
 
+    from ..fast.decode import decode_sig
     from ..fast.decode_tc import tc_geometry
 
-    f16c5, f32c3 = t.Array(t.float16, 5, "C"), t.Array(t.float32, 3, "C")
-    args = (f16c5, f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"))
-    args += (t.Array(t.int32, 1, "C"), t.float32, t.int32, t.int32, t.int32)
-    args += (t.Array(t.float32, 4, "C"), f32c3, f32c3)
+    f16c5 = t.Array(t.float16, 5, "C")
+    args = decode_sig(f16c5, f16c5, t.Array(t.float16, 3, "C"))
     threads = 32 * tc_geometry(REPORT_HEAD_DIM, REPORT_GROUP)["warps"]
     return __getattr__("kernel").py_func, args, threads

@@ -15,13 +15,14 @@ Programming Guide documents ("Warp Shuffle Functions"):
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
   * any_sync and syncwarp ("Warp Vote Functions") are the same warp-synchronous exchange;
     `cuda.shared.array` becomes a thread-safe copy of numba's own (`_shared_array`);
-  * load16 reads memory as the GPU does; a misaligned or out-of-bounds address raises
-    (on a GPU: a misaligned-address or illegal-address fault).
+  * load16 and store16 touch memory as the GPU does; a misaligned or out-of-bounds
+    address raises (on a GPU: a misaligned-address or illegal-address fault).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import threading
 
@@ -118,35 +119,14 @@ def shuffle(mode: str, mask: int, value, b: int, width: int = WARP):
     return values[src]
 
 
-def shfl_sync(mask, value, src_lane):
-    return shuffle("idx", mask, value, src_lane)
-
-
-def shfl_up_sync(mask, value, delta):
-    return shuffle("up", mask, value, delta)
-
-
-def shfl_down_sync(mask, value, delta):
-    return shuffle("down", mask, value, delta)
-
-
-def shfl_xor_sync(mask, value, lane_mask):
-    return shuffle("xor", mask, value, lane_mask)
-
-
+# numba's four shuffles (width 32) and the `shuffle` mode each one is
+SHUFFLES = {
+    "shfl_sync": "idx",
+    "shfl_up_sync": "up",
+    "shfl_down_sync": "down",
+    "shfl_xor_sync": "xor",
+}
 SWITCH_INTERVAL_S = 5e-4
-
-
-def install_shuffles() -> None:
-    """Give the simulator's in-kernel `cuda` module the four shuffles (idempotent), and
-    lower Python's 5 ms thread switch interval (every shuffle hands the GIL to each lane
-    in turn: 2-3x faster kernels here)."""
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
-
-    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-    for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
-        setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
-    FakeCUDAShared.array = _shared_array
 
 
 def any_sync(mask, predicate):
@@ -160,13 +140,20 @@ def syncwarp(mask=0xFFFFFFFF):
     _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
 
 
-def install_votes() -> None:
-    """Give the simulator's `cuda` module `any_sync` and `syncwarp` (numba's own kept)."""
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+def install() -> None:
+    """Give the simulator's in-kernel `cuda` module the four shuffles, `any_sync` and
+    `syncwarp` (numba's own kept) and a thread-safe `cuda.shared.array` (idempotent), and
+    lower Python's 5 ms thread switch interval (every shuffle hands the GIL to each lane
+    in turn: 2-3x faster kernels here)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
 
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+    for name, mode in SHUFFLES.items():
+        setattr(FakeCUDAModule, name, staticmethod(functools.partial(shuffle, mode)))
     for fn in (any_sync, syncwarp):
         if not hasattr(FakeCUDAModule, fn.__name__):
             setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
+    FakeCUDAShared.array = _shared_array
 
 
 def _shared_array(self, shape, dtype, alignment=None):
@@ -237,6 +224,11 @@ def checked_address(what: str, array, index, nbytes: int = 16) -> int:
 def load16(array, index):
     words = np.frombuffer(ctypes.string_at(checked_address("load16", array, index), 16), np.uint32)
     return tuple(np.uint32(w) for w in words)
+
+
+def store16(array, index, words):
+    raw = np.array([int(w) for w in words], np.uint32).tobytes()
+    ctypes.memmove(checked_address("store16", array, index), raw, 16)
 
 
 def itemsize(array):

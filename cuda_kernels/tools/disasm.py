@@ -158,23 +158,6 @@ def instr_flops(opcode: str) -> int:
     return WARP * _LANE_FLOPS.get(head, 0)
 
 
-def loop_mix(instrs: list[Instr], a: int, b: int) -> dict:
-    """Tensor-core, ldmatrix and cp.async counts and FLOPs of instrs[a..b]."""
-    heads = [instrs[k].opcode.split(".")[0] for k in range(a, b + 1)]
-    return {
-        "hmma": heads.count("HMMA"),
-        "hgmma": heads.count("HGMMA"),
-        "ldsm": heads.count("LDSM"),
-        "ldgsts": heads.count("LDGSTS"),
-        "loop_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)),
-        "tensor_flops": sum(
-            instr_flops(instrs[k].opcode)
-            for k in range(a, b + 1)
-            if heads[k - a] in ("HMMA", "HGMMA")
-        ),
-    }
-
-
 STEADY_KEYS = (  # steady_loop's figures, in order
     "loop_sass loop_kv_loads loop_kv_bits loop_inner_loops sass_per_kv_byte loop_kv_bytes hmma "
     "hgmma ldsm ldgsts loop_flops tensor_flops loop_sass_per_hmma flops_per_loop_sass"
@@ -199,20 +182,26 @@ def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     count, _, a, b = max(ranked)
     if count == 0:
         return empty
-    sass = sum(1 for k in range(a, b + 1) if instrs[k].opcode.split(".")[0] != "NOP")
+    heads = [instrs[k].opcode.split(".")[0] for k in range(a, b + 1)]
+    flops = [instr_flops(instrs[k].opcode) for k in range(a, b + 1)]
+    sass = sum(1 for head in heads if head != "NOP")
     kv_bytes = count * WARP * bits // 8
-    inner = sum(1 for c, d in spans if a <= c and d <= b and (c, d) != (a, b))
-    mix = loop_mix(instrs, a, b)
+    hmma = heads.count("HMMA")
     return {
         "loop_sass": sass,
         "loop_kv_loads": count,
         "loop_kv_bits": bits,
-        "loop_inner_loops": inner,
+        "loop_inner_loops": sum(1 for c, d in spans if a <= c and d <= b and (c, d) != (a, b)),
         "sass_per_kv_byte": round(sass / kv_bytes, 4),
         "loop_kv_bytes": kv_bytes,
-        **mix,
-        "loop_sass_per_hmma": round(sass / mix["hmma"], 2) if mix["hmma"] else None,
-        "flops_per_loop_sass": round(mix["loop_flops"] / sass, 2),
+        "hmma": hmma,  # tensor-core, ldmatrix and cp.async instructions in the loop
+        "hgmma": heads.count("HGMMA"),
+        "ldsm": heads.count("LDSM"),
+        "ldgsts": heads.count("LDGSTS"),
+        "loop_flops": sum(flops),
+        "tensor_flops": sum(f for f, h in zip(flops, heads, strict=True) if h in ("HMMA", "HGMMA")),
+        "loop_sass_per_hmma": round(sass / hmma, 2) if hmma else None,
+        "flops_per_loop_sass": round(sum(flops) / sass, 2),
     }
 
 

@@ -88,12 +88,12 @@ LADDER = (
 def ladder_table(rows: list[dict]) -> str:
     """One Markdown line per rung and arch; leaner = rung 1's sass_per_kv_byte / the row's."""
     first = {r["arch"]: r["sass_per_kv_byte"] for r in rows if r["kernel"].startswith("rung1.")}
-    lines = [markdown_row(h for _, h, _ in LADDER), markdown_row("---" for _ in LADDER)]
-    for r in rows:
+
+    def leaner(r: dict) -> float | None:
         base, mine = first.get(r["arch"]), r.get("sass_per_kv_byte")
-        r = dict(r, leaner=base / mine if base and mine else None)
-        lines.append(markdown_row(cell(r, k, f) for k, _, f in LADDER))
-    return "\n".join(lines)
+        return base / mine if base and mine else None
+
+    return markdown_table(LADDER, [dict(r, leaner=leaner(r)) for r in rows])
 
 
 # cuda_kernels/README.md's generated tables, each between its two marker lines: the kernels'
@@ -128,14 +128,17 @@ def markdown_row(cells) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def markdown_table(columns: tuple, rows: list[dict]) -> str:
+    """A Markdown table of `rows`, one column per (row key, header, format)."""
+    lines = [markdown_row(h for _, h, _ in columns), markdown_row("---" for _ in columns)]
+    lines += [markdown_row(cell(r, k, f) for k, _, f in columns) for r in rows]
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     """The README's table of the decode and prefill rows (static counts, no GPU)."""
-    lines = [markdown_row(MARKDOWN_HEADS), markdown_row("---" for _ in MARKDOWN)]
-    for r in rows:
-        if r["kernel"].startswith(MARKDOWN_KERNELS):
-            r = dict(r, kernel=f"`{r['kernel']}`")
-            lines.append(markdown_row(cell(r, k, f) for k, _, f in MARKDOWN))
-    return "\n".join(lines)
+    shown = [r for r in rows if r["kernel"].startswith(MARKDOWN_KERNELS)]
+    return markdown_table(MARKDOWN, [dict(r, kernel=f"`{r['kernel']}`") for r in shown])
 
 
 def table_heads(text: str) -> list[tuple[str, ...]]:

@@ -24,7 +24,7 @@ and LDS pipes come on top.
 `reuse` is how many CTAs read each K/V byte (HBM sees it once, L2 serves the rest).
 Decode: 1. Prefill: every query tile re-reads its sequence's K/V tiles (`prefill_reuse`,
 causal included), at the issue's `HEADLINE` shape with the row's own G and tiles,
-credited only when the resident CTAs' K/V fits in L2 (`l2_footprint`). A prefill kernel
+credited only when the resident CTAs' K/V fits in L2. A prefill kernel
 whose K/V loop only loads (`prefill.py`: its math runs in other loops) gets no bound
 rather than a wrong one.
 
@@ -74,28 +74,6 @@ def prefill_reuse(
     return reads / tiles
 
 
-def l2_footprint(
-    resident_ctas: int,
-    new_tokens: int,
-    cached_prefix: int,
-    q_tile: int,
-    head_dim: int,
-    itemsize: int,
-) -> int:
-    """Bytes of K and V of the (sequence, KV head) pairs that `resident_ctas` CTAs,
-    consecutive in launch order (query tiles of one pair first), touch at once."""
-    _positive(
-        resident_ctas=resident_ctas,
-        new_tokens=new_tokens,
-        q_tile=q_tile,
-        head_dim=head_dim,
-        itemsize=itemsize,
-    )
-    q_tiles = -(-new_tokens // q_tile)
-    pairs = -(-resident_ctas // q_tiles) + 1  # +1: the window may straddle two pairs
-    return pairs * (cached_prefix + new_tokens) * head_dim * itemsize * 2
-
-
 def headline_reuse(
     group: int,
     q_tile: int,
@@ -109,9 +87,11 @@ def headline_reuse(
     (default HEADLINE); reuse 1 when the resident CTAs' K/V would not fit in L2."""
     s = dict(HEADLINE, **(shape or {}))
     reuse = prefill_reuse(s["new_tokens"], s["cached_prefix"], q_tile, kv_tile)
-    foot = l2_footprint(
-        max(ctas_per_sm, 1) * SMS, s["new_tokens"], s["cached_prefix"], q_tile, head_dim, itemsize
-    )
+    _positive(head_dim=head_dim, itemsize=itemsize)
+    # the K and V of the (sequence, KV head) pairs the resident CTAs, consecutive in launch
+    # order (query tiles of one pair first), touch at once: +1, they may straddle two pairs
+    pairs = -(-max(ctas_per_sm, 1) * SMS // -(-s["new_tokens"] // q_tile)) + 1
+    foot = pairs * (s["cached_prefix"] + s["new_tokens"]) * head_dim * itemsize * 2
     case = (
         f"{s['prompts']} prompts x {s['new_tokens']} new tokens behind a "
         f"{s['cached_prefix']}-token prefix, GQA {s['kv_heads'] * group}/{s['kv_heads']}, "
