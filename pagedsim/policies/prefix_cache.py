@@ -622,8 +622,8 @@ class PrefixCachingManager(KVCacheManager):
 
 def _common(a: Tokens, b: Tokens) -> int:
     """The length of the common prefix of two token runs."""
-    n = min(len(a), len(b))
-    return next((i for i, (x, y) in enumerate(zip(a[:n], b[:n], strict=True)) if x != y), n)
+    unequal = (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+    return next(unequal, min(len(a), len(b)))
 
 
 __all__ = ["PrefixCachingManager", "ComputedBlocks"]

@@ -220,6 +220,9 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
     return {"trace_or_snapshots": snaps, "options": PageOptions(**out)}
 
 
+STORY_KEYS = {"details", "timeline", "host", "shape", "window"}
+
+
 def _story(story, steps: int) -> dict:
     """view.story, checked: {"details": [text per step], "timeline": [[seq, first, [steps],
     last], ...], "host": ..., "shape": `kernel_view.KernelShape`'s five numbers, "window":
@@ -227,13 +230,7 @@ def _story(story, steps: int) -> dict:
     bad = ValueError(
         'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
     )
-    if not isinstance(story, dict) or set(story) - {
-        "details",
-        "timeline",
-        "host",
-        "shape",
-        "window",
-    }:
+    if not isinstance(story, dict) or set(story) - STORY_KEYS:
         raise bad
     details, rows = story.get("details", []), story.get("timeline", [])
     if not isinstance(details, list) or not all(isinstance(d, str) for d in details):

@@ -716,6 +716,8 @@
   const kernelBase = (q) => D.groups ? D.seqs[q].slice(0, D.seqs[q].lastIndexOf(":")) : D.seqs[q];
   // whether q's layers read a sliding window (its group's, or the whole page's)
   const slides = (q) => !!D.kernel.partWindow && (!D.groups || D.seqs[q].endsWith(":window"));
+  // the blocks of table t that a decode step reading positions from..t.n-1 touches, in order
+  const readBlocks = (t, from) => t.blocks.filter((b, j) => b >= 0 && Math.max(j * BS, from) <= Math.min(t.n, (j + 1) * BS) - 1);
   function readFrom(q, t) { // the first position q's decode step reads (kernel_view.attended)
     if (!slides(q)) return 0;
     let lead = 0; // the window's tokens its table still holds (all it holds: no window known)
@@ -793,7 +795,7 @@
   function kernelRead(K, s, t, part, tot) {
     const n = t.n, name = D.seqs[kernelSeq], full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
     const from = readFrom(kernelSeq, t), reads = (b, lo, hi) => b >= 0 && Math.max(lo, from) <= hi;
-    const read = t.blocks.filter((b, j) => reads(b, j * BS, Math.min(n, (j + 1) * BS) - 1));
+    const read = readBlocks(t, from);
     const parts = part > 0 ? Math.ceil((n - from) / part) : 1, f = { name: name, token: n - 1, blocks: read.join(", "), parts: parts };
     line(box, parts > 1 ? kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order, {parts} partitions side by side", f) :
       kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order in one pass", f), "kquery");
@@ -852,8 +854,7 @@
     const list = el("ul", { class: "kgroups" });
     for (const q of s.order) {
       if (kernelBase(q) !== base) continue;
-      const t = s.tables.get(q), from = readFrom(q, t), blocks = [];
-      t.blocks.forEach((b, j) => { if (b >= 0 && Math.max(j * BS, from) <= Math.min(t.n, (j + 1) * BS) - 1) blocks.push(b); });
+      const t = s.tables.get(q), from = readFrom(q, t), blocks = readBlocks(t, from);
       const f = { name: base, tokens: t.n - from, lo: from, hi: t.n - 1, blocks: blocks.join(", "), bytes: (t.n - from) * K.bytesPerToken };
       list.append(el("li", { "data-group": slides(q) ? "window" : "full", "data-read": from + "-" + (t.n - 1), "data-blocks": blocks.join(",") },
         slides(q) ? kw("{name}'s sliding-window layers read the last {tokens} tokens (positions {lo}\u2013{hi}): blocks {blocks} ({bytes} bytes); the blocks before them are not read", f) :
