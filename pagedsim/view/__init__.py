@@ -59,7 +59,8 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
     #headline    presentation mode's caption (two lines at most; its title the full one)
     #legend      what each look means; #host the host's blocks ([data-host-seq]) under swap
-    #timeline    `generate`'s request timeline, a row per sequence ([data-request])
+    #timeline    `generate`'s request timeline, a row per request ([data-request]), one done
+                 within a step (in no table) too
     #kernel      the kernel's view of the chosen sequence (data-seq; a click on a table's
                  .seq chooses): .kcell per logical block (data-logical, data-phys, data-order
                  (read order, "" when not read), data-partition, data-tokens "lo-hi",
@@ -354,18 +355,22 @@ def _host(rows, data: dict) -> list:
 
 
 def _timeline(rows, data: dict, steps: int) -> list:
-    """story["timeline"], checked: a row per sequence of the trace, at most one each, and
-    every preemption and finish a step position of the trace (the page names each by that
-    step's number, and draws a mark per distinct preemption)."""
+    """story["timeline"], checked: a row per request, each named once (a request that came
+    and went within one step is in no snapshot, so a row may name a sequence the trace
+    lacks), and its first step, preemptions and finish step positions of the trace (the
+    page names each by that step's number, and draws a mark per distinct preemption). A
+    parallel sample swapped out with its group is preempted before its own first step."""
     out: list[tuple[str, int, list[int], int]] = [
         (str(q), int(a), sorted({int(x) for x in pre}), int(end)) for q, a, pre, end in rows
     ]
-    _trace_seqs("story.timeline", [q for q, _, _, _ in out], data)
-    for q, _, pre, end in out:
-        if not all(0 <= x < steps for x in pre) or not -1 <= end < steps:
+    names = [q for q, _, _, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"story.timeline names a request twice: {names}"[:200])
+    for q, first, pre, end in out:
+        if not (0 <= first < steps and all(0 <= x < steps for x in pre) and -1 <= end < steps):
             raise ValueError(
-                f"story.timeline: {q[:40]!r} is preempted or finishes outside the trace's "
-                f"{steps} steps"
+                f"story.timeline: {q[:40]!r} is scheduled, preempted or finishes outside "
+                f"the trace's {steps} steps"
             )
     return [list(row) for row in out]
 

@@ -157,10 +157,8 @@ def generate(engine, steps, lang: str = "en") -> dict:
         flags[i] = flags.get(i, []) + kinds
     # the kernel's view: one layer of the served model, K/V float32 as the engine keeps them
     shape = list(shape_of(engine.model.config, dtype_bytes=4))
-    # a row per sequence the page draws: one that came and went within a step holds none
-    drawn = {seq_name(s.seq_id) for f in frames for s in f.sequences}
-    timeline = [row for row in told.timeline if row[0] in drawn]
-    story = {"details": told.details, "timeline": timeline, "shape": shape}
+    # a row per request scheduled, one that came and went within a step too (no table holds it)
+    story = {"details": told.details, "timeline": told.timeline, "shape": shape}
     if any(told.host):
         story["host"] = told.host
     options = PageOptions(
@@ -238,7 +236,12 @@ def _story(story, steps: int) -> dict:
     if not isinstance(rows, list):
         raise bad
     for row in rows:
-        if not (isinstance(row, list) and len(row) == 4 and isinstance(row[2], list)):
+        if not (
+            isinstance(row, list)
+            and len(row) == 4
+            and isinstance(row[0], str)
+            and isinstance(row[2], list)
+        ):
             raise bad
         for x in [row[1], *row[2], row[3]]:
             if isinstance(x, bool) or not isinstance(x, int) or not -1 <= x < steps:

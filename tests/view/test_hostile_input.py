@@ -67,9 +67,13 @@ def with_event(k: int, j: int, **fields) -> dict:
     [
         # the page looked up STEPS[-1].n for a preemption at -1: a page error, no timeline
         (json.dumps(with_view(story={"timeline": [["A", 0, [-1], -1]]})), "story.timeline"),
-        # a timeline row or mark is an element each: only the trace's sequences, once each
-        (json.dumps(with_view(story={"timeline": [["X", 0, [], -1]]})), "story.timeline"),
+        # a timeline row is a request: named once, by text, its steps within the trace (one
+        # that came and went within a step is in no snapshot, so any name is a row)
         (json.dumps(with_view(story={"timeline": [["A", 0, [], -1]] * 2})), "story.timeline"),
+        (json.dumps(with_view(story={"timeline": [[{"A": 1}, 0, [], -1]]})), "view.story"),
+        (json.dumps(with_view(story={"timeline": [["X", -1, [], -1]]})), "story.timeline"),
+        (json.dumps(with_view(story={"timeline": [["X", 10**6, [], -1]]})), "view.story"),
+        (json.dumps(with_view(story={"timeline": [["X", 0, [], 10**6]]})), "view.story"),
         # a host count is a tile each: 11 kB of trace made a million elements (46 s to load)
         (json.dumps(with_view(story={"host": [[["A", 1_000_000]]]})), "story.host"),
         (json.dumps(with_view(story={"host": [[["nobody", 1]]]})), "story.host"),

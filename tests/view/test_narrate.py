@@ -8,7 +8,7 @@ import pytest
 from pagedsim.config import CacheConfig
 from pagedsim.engine.generate import Workload, serve, step_frames
 from pagedsim.engine.lockstep import seq_name
-from pagedsim.view import page_data, sources
+from pagedsim.view import page_data, sources, to_html
 from pagedsim.view.narrate import narrate, visible
 
 CACHE = CacheConfig(block_size=8, num_gpu_blocks_override=24)
@@ -192,13 +192,36 @@ def test_the_page_badge_names_the_scheduler_that_served_the_run(swapping):
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 3])
-def test_a_request_done_within_one_step_is_told_finished_and_the_page_builds(max_tokens):
+def test_a_request_done_within_one_step_is_told_finished_and_on_the_timeline(max_tokens):
     """With max_tokens 2 the mix's r3.0 (its prompt all cached) runs one step and is gone
-    before any snapshot holds it: `generate --max-tokens 2 --html` refused its own page
-    ("story.timeline names ... one not in the trace") before the fix."""
+    before any snapshot holds it; with max_tokens 1 every request does. `generate --html`
+    once refused its own page for it, then left such a request off the timeline (with
+    max_tokens 1, no timeline at all)."""
     llm, _ = serve(workload=Workload(max_tokens=max_tokens), check_dense=False)
     engine, marks = llm.llm_engine, llm.steps
-    told = narrate(step_frames(engine, marks), engine.log)
+    frames = step_frames(engine, marks)
+    told = narrate(frames, engine.log)
     assert all(end >= 0 for *_, end in told.timeline), told.timeline  # every request ends
     data = page_data(**sources.generate(engine, marks))
-    assert {q for q, *_ in data.get("timeline", [])} <= set(data["seqs"])
+    scheduled = {s.split("[")[0] for rec in engine.log for s in rec["seqs"]}
+    assert [q for q, *_ in data["timeline"]] == [q for q, *_ in told.timeline]
+    assert {q for q, *_ in data["timeline"]} == scheduled
+    drawn = {seq_name(s.seq_id) for f in frames for s in f.sequences}
+    if max_tokens == 1:  # every request came and went within the first step
+        assert not drawn and all(row[1] == row[3] == 0 for row in data["timeline"])
+
+
+def test_the_page_draws_a_timeline_row_for_a_request_no_snapshot_holds(open_page):
+    """In Chromium: a row per request, including those done within one step, with its
+    finish mark at that step, and no page error."""
+    llm, _ = serve(workload=Workload(max_tokens=1), check_dense=False)
+    engine, marks = llm.llm_engine, llm.steps
+    loaded = open_page(to_html(**sources.generate(engine, marks)))
+    rows = loaded.page.evaluate("""() => [...document.querySelectorAll('#timeline .tl-row')]
+        .map(r => [r.dataset.request, r.querySelectorAll('.tl-end').length,
+                   r.querySelector('.tl-run').getBoundingClientRect().width])""")
+    scheduled = sorted({s.split("[")[0] for rec in engine.log for s in rec["seqs"]})
+    assert sorted(q for q, _, _ in rows) == scheduled and scheduled
+    assert all(ends == 1 and width > 0 for _, ends, width in rows), rows
+    assert loaded.page.evaluate("!document.getElementById('timeline').hidden")
+    loaded.check_clean()
