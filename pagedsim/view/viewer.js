@@ -995,12 +995,19 @@
   }
   function fit() {
     const root = document.documentElement.style;
+    wide = false; body.classList.remove("wide-tables");
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
       tablesFor = -1; columns(); return;
     }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
+    tablesFor = -1; fitTables(); // first: it may widen the tables' column
+    fitTiles();
+    arrowsShown = true; drawArrows(STEPS[cur] || {});
+  }
+  function fitTiles() {
     if (!BIG) {
+      const root = document.documentElement.style;
       root.setProperty("--fit", "0px"); // measure the pane with the tiles out of the way
       const cs = getComputedStyle(wrap), gap = 14;
       const w = wrap.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 16;
@@ -1013,14 +1020,14 @@
       root.setProperty("--fit", Math.max(40, Math.floor(best - 2)) + "px");
     }
     columns();
-    tablesFor = -1; fitTables();
-    arrowsShown = true; drawArrows(STEPS[cur] || {});
   }
   // Presentation mode: the tables' text takes the largest size, from 1.5 down to 0.8 units,
   // at which every table fits its column, so all of a step's changed cells can be in sight
-  // at once (more tables than fit at 0.8 scroll, to the change). Measured when the tables'
-  // cell count changes.
-  let tablesFor = -1;
+  // at once. Tables that do not fit at 0.8 widen their column (from 26% to 38% of the
+  // screen: fewer lines per table), once until the window's size changes, and the tiles are
+  // fitted to the narrower pool pane; more than fit then scroll, to the change. Measured
+  // when the tables' cell count changes.
+  let tablesFor = -1, wide = false;
   function fitTables() {
     let cells = state ? state.order.length : 0;
     if (state) for (const q of state.order) cells += state.tables.get(q).blocks.length;
@@ -1028,14 +1035,22 @@
     tablesFor = cells;
     const root = document.documentElement.style;
     const over = () => tablesEl.scrollHeight > tablesEl.clientHeight + 1;
-    for (const tight of [false, true]) { // tight: no token counts, so a name and its cells share a line
-      tablesEl.classList.toggle("tight", tight);
-      let scale = 1.5;
-      root.setProperty("--tscale", String(scale));
-      for (let k = 0; k < 4 && over() && scale > 0.8; k++) {
-        scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
-        root.setProperty("--tscale", scale.toFixed(3));
+    for (const widen of [false, true]) {
+      if (widen) {
+        if (wide) return;
+        wide = true; body.classList.add("wide-tables");
       }
+      for (const tight of [false, true]) { // tight: no token counts, so a name and its cells share a line
+        tablesEl.classList.toggle("tight", tight);
+        let scale = 1.5;
+        root.setProperty("--tscale", String(scale));
+        for (let k = 0; k < 4 && over() && scale > 0.8; k++) {
+          scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
+          root.setProperty("--tscale", scale.toFixed(3));
+        }
+        if (!over()) break;
+      }
+      if (widen && cur >= 0) fitTiles(); // the pool pane gave up room
       if (!over()) return;
     }
   }

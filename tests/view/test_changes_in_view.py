@@ -185,6 +185,24 @@ def test_the_shipped_generate_page_keeps_its_changes_in_view_when_presented(open
     assert walk(open_page, page, viewport, labels=labels, present=True) >= 40
 
 
+def test_tables_too_long_for_their_column_widen_it_when_presented(open_page):
+    """The shipped mix on a pool of 24 blocks of 8: six tables of up to 13 blocks beside a
+    16-request timeline. At 1366x768, in a quarter of the screen, they did not fit even at
+    the smallest text, and r2.1's changed cell was below the column's edge at step 2; the
+    column now widens and the tiles are fitted to what is left."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, serve
+
+    llm, _ = serve(
+        workload=Workload(max_tokens=24),
+        cache=CacheConfig(block_size=8, num_gpu_blocks_override=24),
+        check_dense=False,
+    )
+    page = sources.generate(llm.llm_engine, llm.steps)
+    labels = page["options"].labels
+    assert walk(open_page, page, (1366, 768), labels=labels, present=True) >= 40
+
+
 STRIP = """() => [...document.querySelectorAll('#changes [data-kind]')].map((g) => [
     g.dataset.kind, g.querySelector('b').textContent,
     [...g.querySelectorAll('[data-goto]')].map((e) => +e.dataset.goto)])"""
