@@ -18,7 +18,8 @@ Every step outlines what it changed (each block whose ref count, fill, cache fla
 hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
 strip (allocated, hit, shared, copied, released (naming who let go), freed, evicted,
 hashed, filled, swapped out / in; each block a link), and scrolls the panes so the change
-is in view (in a wide window the tables and the pool scroll on their own). A swap page has
+is in view (in a wide window the tables and the pool scroll on their own; tables too
+long for their pane fold the cells the step left alone). A swap page has
 a host pane (`play` under swap preemption, `generate` when the v0 engine swaps a request
 out); a `generate` page has plain captions (`narrate.py`), its engine notation on hover,
 and a request timeline. Every trace
@@ -54,7 +55,9 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  `PageOptions.names` gives it: `generate`'s "r0.0"), in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
-                 (data-block="-1": a logical block a sliding window dropped)
+                 (data-block="-1": a logical block a sliding window dropped); a small
+                 pool's step whose changed cells do not fit the pane folds the rest
+                 (class "folded", hidden; a .fold mark "\u2026N" before each run)
     #version     the vLLM version label
     #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
     #headline    presentation mode's caption (two lines at most; its title the full one)
@@ -157,6 +160,7 @@ UI_ZH = {
     "requests": "请求",
     "host memory (swapped out)": "主机内存（已换出）",
     "running": "运行中",
+    "folded blocks, unchanged this step": "折叠的块（本步未改动）",
     "engine": "引擎记法",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
     "a sequence's colour": "序列的颜色",

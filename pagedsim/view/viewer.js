@@ -414,6 +414,7 @@
     return D.groups ? Math.max(0, D.groups.findIndex((g) => D.seqs[q].endsWith(":" + g))) : 0;
   }
   function drawTables(s, d) {
+    unfold(); // before any row is rewritten: a row's list then holds its cells only
     for (const [q, r] of rows) if (!s.tables.has(q) && r.el.parentNode) r.el.remove();
     for (const q of s.order) {
       if (!rows.has(q)) rows.set(q, makeRow(q));
@@ -442,6 +443,47 @@
       for (const q of s.order) {
         const blocks = s.tables.get(q).blocks, cells = rows.get(q).cells;
         for (let j = 0; j < blocks.length; j++) if (blocks[j] >= 0 && touchedAt[blocks[j]] === cur) light(cells[j]);
+      }
+    }
+  }
+  // A small pool's step whose changed cells do not fit the pane that scrolls the tables
+  // together (a few long tables, or many) folds the tables: each row keeps its first cell,
+  // its last two and every changed cell with a neighbour each side, and each run of the
+  // others (three or more) becomes one mark "\u2026N" (their blocks on hover). Folded cells
+  // stay in the DOM, hidden, so a row's data-block list is whole. The next step unfolds
+  // first. A big pool's rows are rendered near the window only; it never folds.
+  let folded = [];
+  function unfold() {
+    for (const e of folded) { if (e.block === undefined) e.remove(); else e.classList.remove("folded"); }
+    folded = [];
+  }
+  function litFits() {
+    if (!lit.length) return true;
+    const box = presenting ? tablesEl : innerWidth >= 900 ? tablesPane : null; // the media rule's 900 px
+    let top = Infinity, bottom = -Infinity;
+    for (const c of lit) { const r = c.getBoundingClientRect(); top = Math.min(top, r.top); bottom = Math.max(bottom, r.bottom); }
+    return bottom - top <= (box ? box.clientHeight : innerHeight) - 12;
+  }
+  function foldTables() {
+    if (BIG || !state || litFits()) return;
+    const on = new Set(lit);
+    for (const q of state.order) {
+      const cells = rows.get(q).cells, n = cells.length, keep = new Uint8Array(n);
+      keep[0] = 1; keep[Math.max(0, n - 2)] = 1; keep[n - 1] = 1;
+      for (let j = 0; j < n; j++) {
+        if (on.has(cells[j])) keep[j] = keep[Math.max(0, j - 1)] = keep[Math.min(n - 1, j + 1)] = 1;
+      }
+      for (let j = 0; j < n;) {
+        let k = j;
+        while (k < n && !keep[k]) k++;
+        if (k - j >= 3) {
+          const run = cells.slice(j, k);
+          for (const c of run) { c.classList.add("folded"); folded.push(c); }
+          const mark = el("span", { class: "fold", title: UI["folded blocks, unchanged this step"] + ": " +
+            run.map((c) => c.block).join(", ") }, "\u2026" + run.length);
+          cells[j].before(mark); folded.push(mark);
+        }
+        j = Math.max(k, j + 1);
       }
     }
   }
@@ -598,6 +640,7 @@
     drawFree(state);
     drawTables(state, d);
     if (presenting) fitTables();
+    foldTables();
     drawChanges(d);
     drawHost(i);
     drawKernel();
@@ -996,13 +1039,15 @@
   function fit() {
     const root = document.documentElement.style;
     wide = false; body.classList.remove("wide-tables");
+    unfold(); // measured whole; folded again for the new size
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
-      tablesFor = -1; columns(); return;
+      tablesFor = -1; columns(); foldTables(); return;
     }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
     tablesFor = -1; fitTables(); // first: it may widen the tables' column
     fitTiles();
+    foldTables();
     arrowsShown = true; drawArrows(STEPS[cur] || {});
   }
   function fitTiles() {

@@ -9,6 +9,7 @@ import pytest
 
 from pagedsim.app import tour as tour_app
 from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.engine.lockstep import seq_name
 from pagedsim.view import page_data, sources, to_html
 
 from .conftest import long_script
@@ -201,6 +202,51 @@ def test_tables_too_long_for_their_column_widen_it_when_presented(open_page):
     page = sources.generate(llm.llm_engine, llm.steps)
     labels = page["options"].labels
     assert walk(open_page, page, (1366, 768), labels=labels, present=True) >= 40
+
+
+ROWS = """() => [...document.querySelectorAll('#tables [data-seq]')].map((r) => [r.dataset.seq,
+    [...r.querySelectorAll('[data-block]')].map((c) => +c.dataset.block),
+    [...r.querySelectorAll('.fold')].reduce((n, f) => n + +f.textContent.slice(1), 0),
+    r.querySelectorAll('.cell.folded').length])"""
+
+
+@pytest.mark.parametrize("present", MODES)
+def test_tables_longer_than_their_pane_fold_to_what_changed(open_page, present):
+    """Six tables of up to 49 blocks of 2 tokens: a decode step writes the last cell of each,
+    too far apart for one pane at 1366x768. Each row folds the cells the step left alone
+    ("0 ...46 47 48"), so every changed cell is in view, and still lists every block."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, serve
+
+    llm, _ = serve(
+        workload=Workload(max_tokens=16),
+        cache=CacheConfig(block_size=2, num_gpu_blocks_override=96),
+        check_dense=False,
+    )
+    page = sources.generate(llm.llm_engine, llm.steps)
+    snaps, labels = page["trace_or_snapshots"], page["options"].labels
+    loaded = open_page(
+        to_html(**page), viewport=(1366, 768), fragment="#step=0" + ("&present" if present else "")
+    )
+    folds = 0
+    for i in range(1, 6):  # decode steps: one cell a table
+        loaded.page.keyboard.press("ArrowRight")
+        loaded.page.evaluate(FRAME)
+        _, cells = differing(snaps[i - 1], snaps[i], (labels[i - 1], labels[i]), seq_name)
+        shown = {
+            (q, j): seen for _, q, j, seen in loaded.page.evaluate(IN_VIEW, "#tables .cell.touched")
+        }
+        assert cells and cells <= set(shown) and all(shown[c] for c in cells), (i, shown)
+        rows = loaded.page.evaluate(ROWS)
+        assert [[q, b] for q, b, _, _ in rows] == [
+            [seq_name(s.seq_id), list(s.blocks)] for s in snaps[i].sequences
+        ]
+        assert all(marked == hidden for _, _, marked, hidden in rows), rows
+        folds += sum(hidden for *_, hidden in rows)
+    assert folds > 0  # the pane is too short for the whole tables
+    loaded.page.keyboard.press("Home")  # the prefill wrote every cell: nothing folds
+    assert loaded.page.evaluate("document.querySelectorAll('.fold, .cell.folded').length") == 0
+    loaded.check_clean()
 
 
 STRIP = """() => [...document.querySelectorAll('#changes [data-kind]')].map((g) => [
