@@ -452,14 +452,16 @@
   // others (three or more) becomes one mark "\u2026N" (their blocks on hover). Folded cells
   // stay in the DOM, hidden, so a row's data-block list is whole. The next step unfolds
   // first. A big pool's rows are rendered near the window only; it never folds.
-  let folded = [];
+  let foldedCells = [], foldMarks = [];
   function unfold() {
-    for (const e of folded) { if (e.block === undefined) e.remove(); else e.classList.remove("folded"); }
-    folded = [];
+    for (const c of foldedCells) c.classList.remove("folded");
+    for (const m of foldMarks) m.remove();
+    foldedCells = []; foldMarks = [];
   }
-  function litFits() {
+  function litFits() { // the changed cells' span against the pane that scrolls them (CSS decides which)
     if (!lit.length) return true;
-    const box = presenting ? tablesEl : innerWidth >= 900 ? tablesPane : null; // the media rule's 900 px
+    const box = presenting ? tablesEl : getComputedStyle(tablesPane).overflowY === "visible" ? null : tablesPane;
+    if (box && box.scrollHeight <= box.clientHeight + 1) return true; // nothing scrolls: all in view
     let top = Infinity, bottom = -Infinity;
     for (const c of lit) { const r = c.getBoundingClientRect(); top = Math.min(top, r.top); bottom = Math.max(bottom, r.bottom); }
     return bottom - top <= (box ? box.clientHeight : innerHeight) - 12;
@@ -478,10 +480,10 @@
         while (k < n && !keep[k]) k++;
         if (k - j >= 3) {
           const run = cells.slice(j, k);
-          for (const c of run) { c.classList.add("folded"); folded.push(c); }
+          for (const c of run) { c.classList.add("folded"); foldedCells.push(c); }
           const mark = el("span", { class: "fold", title: UI["folded blocks, unchanged this step"] + ": " +
             run.map((c) => c.block).join(", ") }, "\u2026" + run.length);
-          cells[j].before(mark); folded.push(mark);
+          cells[j].before(mark); foldMarks.push(mark);
         }
         j = Math.max(k, j + 1);
       }
@@ -639,7 +641,7 @@
     drawBlocks(state, d, many);
     drawFree(state);
     drawTables(state, d);
-    if (presenting) fitTables();
+    if (presenting && fitTables()) fitTiles(); // a widened column left the pool pane less room
     foldTables();
     drawChanges(d);
     drawHost(i);
@@ -759,8 +761,10 @@
   const kernelBase = (q) => D.groups ? D.seqs[q].slice(0, D.seqs[q].lastIndexOf(":")) : D.seqs[q];
   // whether q's layers read a sliding window (its group's, or the whole page's)
   const slides = (q) => !!D.kernel.partWindow && (!D.groups || D.seqs[q].endsWith(":window"));
-  // the blocks of table t that a decode step reading positions from..t.n-1 touches, in order
-  const readBlocks = (t, from) => t.blocks.filter((b, j) => b >= 0 && Math.max(j * BS, from) <= Math.min(t.n, (j + 1) * BS) - 1);
+  // whether a decode step reading positions from..t.n-1 reads logical block j of table t,
+  // and the blocks it reads, in order
+  const readsBlock = (t, j, from) => t.blocks[j] >= 0 && Math.max(j * BS, from) <= Math.min(t.n, (j + 1) * BS) - 1;
+  const readBlocks = (t, from) => t.blocks.filter((b, j) => readsBlock(t, j, from));
   function readFrom(q, t) { // the first position q's decode step reads (kernel_view.attended)
     if (!slides(q)) return 0;
     let lead = 0; // the window's tokens its table still holds (all it holds: no window known)
@@ -837,8 +841,7 @@
   // the query -> its table row -> the blocks in read order, each cell in its partition's colour
   function kernelRead(K, s, t, part, tot) {
     const n = t.n, name = D.seqs[kernelSeq], full = BS * K.bytesPerToken, box = el("div", { class: "kread" });
-    const from = readFrom(kernelSeq, t), reads = (b, lo, hi) => b >= 0 && Math.max(lo, from) <= hi;
-    const read = readBlocks(t, from);
+    const from = readFrom(kernelSeq, t), read = readBlocks(t, from);
     const parts = part > 0 ? Math.ceil((n - from) / part) : 1, f = { name: name, token: n - 1, blocks: read.join(", "), parts: parts };
     line(box, parts > 1 ? kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order, {parts} partitions side by side", f) :
       kw("the query of {name} (token {token}) \u2192 its block table row \u2192 blocks {blocks}, read in this order in one pass", f), "kquery");
@@ -847,7 +850,7 @@
     row.append(el("span", { class: "kq", title: kw("the query: token {token} of {name}", f) }, "q"));
     let order = 0;
     t.blocks.forEach((b, j) => {
-      const lo = j * BS, hi = Math.min(n, lo + BS) - 1, on = reads(b, lo, hi), a = Math.max(lo, from);
+      const lo = j * BS, hi = Math.min(n, lo + BS) - 1, on = readsBlock(t, j, from), a = Math.max(lo, from);
       const p = part > 0 ? Math.floor((a - from) / part) : 0;
       const tokens = Math.max(0, hi - lo + 1), bytes = on ? (hi - a + 1) * K.bytesPerToken : 0;
       const c = { j: j, b: b, lo: lo, hi: hi, p: p, k: order + 1, bytes: bytes, full: full };
@@ -1038,7 +1041,7 @@
   }
   function fit() {
     const root = document.documentElement.style;
-    wide = false; body.classList.remove("wide-tables");
+    body.classList.remove("wide-tables");
     unfold(); // measured whole; folded again for the new size
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
@@ -1072,18 +1075,18 @@
   // screen: fewer lines per table), once until the window's size changes, and the tiles are
   // fitted to the narrower pool pane; more than fit then scroll, to the change. Measured
   // when the tables' cell count changes.
-  let tablesFor = -1, wide = false;
-  function fitTables() {
+  let tablesFor = -1;
+  function fitTables() { // true when it widened the column
     let cells = state ? state.order.length : 0;
     if (state) for (const q of state.order) cells += state.tables.get(q).blocks.length;
-    if (!presenting || cells === tablesFor) return;
+    if (!presenting || cells === tablesFor) return false;
     tablesFor = cells;
     const root = document.documentElement.style;
     const over = () => tablesEl.scrollHeight > tablesEl.clientHeight + 1;
     for (const widen of [false, true]) {
       if (widen) {
-        if (wide) return;
-        wide = true; body.classList.add("wide-tables");
+        if (body.classList.contains("wide-tables")) return false;
+        body.classList.add("wide-tables");
       }
       for (const tight of [false, true]) { // tight: no token counts, so a name and its cells share a line
         tablesEl.classList.toggle("tight", tight);
@@ -1095,9 +1098,9 @@
         }
         if (!over()) break;
       }
-      if (widen && cur >= 0) fitTiles(); // the pool pane gave up room
-      if (!over()) return;
+      if (!over()) return widen;
     }
+    return true;
   }
   // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit
   // the pane, so no tile is off to the side and the ids stay aligned (a line starts at a
