@@ -450,21 +450,47 @@
   // together (a few long tables, or many) folds the tables: each row keeps its first cell,
   // its last two and every changed cell with a neighbour each side, and each run of the
   // others (three or more) becomes one mark "\u2026N" (their blocks on hover). Folded cells
-  // stay in the DOM, hidden, so a row's data-block list is whole. The next step unfolds
-  // first. A big pool's rows are rendered near the window only; it never folds.
-  let foldedCells = [], foldMarks = [];
+  // stay in the DOM, hidden, so a row's data-block list is whole. When the changed cells
+  // themselves are more than the pane holds (a long prefill of small blocks, a fork of a
+  // long table), the tables' text is also squeezed for the step, down to 0.6 of its size
+  // (presentation mode: to 0.6 units), with each name on its cells' line. The next step
+  // unfolds and unsqueezes first. A big pool's rows are rendered near the window only; it
+  // never folds.
+  let foldedCells = [], foldMarks = [], squeezed = false;
   function unfold() {
     for (const c of foldedCells) c.classList.remove("folded");
     for (const m of foldMarks) m.remove();
     foldedCells = []; foldMarks = [];
+    if (squeezed) { squeezed = false; tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze"); }
   }
-  function litFits() { // the changed cells' span against the pane that scrolls them (CSS decides which)
-    if (!lit.length) return true;
+  function litSpan() { // the changed cells' span and the room of the pane that scrolls them (CSS decides which); 0 when they fit
+    if (!lit.length) return [0, 1];
     const box = presenting ? tablesEl : getComputedStyle(tablesPane).overflowY === "visible" ? null : tablesPane;
-    if (box && box.scrollHeight <= box.clientHeight + 1) return true; // nothing scrolls: all in view
+    if (box && box.scrollHeight <= box.clientHeight + 1) return [0, 1]; // nothing scrolls: all in view
     let top = Infinity, bottom = -Infinity;
     for (const c of lit) { const r = c.getBoundingClientRect(); top = Math.min(top, r.top); bottom = Math.max(bottom, r.bottom); }
-    return bottom - top <= (box ? box.clientHeight : innerHeight) - 12;
+    const room = (box ? box.clientHeight : innerHeight) - 12;
+    return [bottom - top <= room ? 0 : bottom - top, room];
+  }
+  function litFits() { return litSpan()[0] === 0; }
+  function litEnds() { // the first and the last changed cell in the tables' order (a step lights its writes first)
+    let first = lit[0], last = lit[0];
+    for (const c of lit) {
+      if (first.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_PRECEDING) first = c;
+      if (last.compareDocumentPosition(c) & Node.DOCUMENT_POSITION_FOLLOWING) last = c;
+    }
+    return [first, last];
+  }
+  function squeezeTables() {
+    const least = presenting ? Math.min(1, 0.6 / tscale) : 0.6;
+    let scale = 1, [span, room] = litSpan();
+    if (!span) return;
+    squeezed = true; tablesEl.classList.add("squeezed");
+    for (let k = 0; k < 6 && span && scale > least; k++) {
+      scale = Math.max(least, scale * Math.min(0.92, Math.sqrt(room / span)));
+      tablesEl.style.setProperty("--squeeze", scale.toFixed(3));
+      [span, room] = litSpan();
+    }
   }
   function foldTables() {
     if (BIG || !state || litFits()) return;
@@ -488,6 +514,7 @@
         j = Math.max(k, j + 1);
       }
     }
+    squeezeTables();
   }
   // A big page renders only the table rows in sight ("near": content-visibility visible);
   // the rest are not rendered at all ("far": hidden). The browser's own skipping
@@ -557,10 +584,11 @@
     if (!who.length) return UI.released;
     return UI["released by {who}"].replace("{who}", () => who.slice(0, 3).join(", ") + (who.length > 3 ? " +" + (who.length - 3) : ""));
   }
-  // The last changed tile and cell, then the first (the highest and lowest block ids), so
-  // both are in view if they fit. A big pool scrolls in the next frame, so the layout it needs
-  // is the frame's own; when the row of either end is off screen (the row observer knows
-  // without a layout), the rows around it are drawn first and the last tile is centred.
+  // The last changed tile and cell, then the first (the highest and lowest block ids; the
+  // tables' last and first changed cells in their order), so both are in view if they fit.
+  // A big pool scrolls in the next frame, so the layout it needs is the frame's own; when the
+  // row of either end is off screen (the row observer knows without a layout), the rows
+  // around it are drawn first and the last tile is centred.
   let revealing = 0;
   function reveal(d) {
     const e = d.e || [];
@@ -568,7 +596,7 @@
     const lo = e.length ? Math.min(...e) : -1, hi = e.length ? Math.max(...e) : -1;
     if (!BIG) {
       if (e.length) { blockEls[hi].scrollIntoView(near); blockEls[lo].scrollIntoView(near); }
-      if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
+      if (lit.length) { const [first, last] = litEnds(); last.scrollIntoView(near); first.scrollIntoView(near); }
       return;
     }
     cancelAnimationFrame(revealing);
@@ -576,7 +604,7 @@
     if (away) { // the rows it brings into view are drawn now, not in a second pass when seen
       for (let b = Math.max(0, rowOf(lo) - 16) * ROW; b < Math.min(NB, (rowOf(hi) + 17) * ROW); b++) if (stale[b]) drawLook(b);
     }
-    const cells = lit.length ? [lit[lit.length - 1], lit[0]] : [];
+    const cells = lit.length ? litEnds().reverse() : [];
     revealing = requestAnimationFrame(() => {
       if (e.length) { blockEls[hi].scrollIntoView(away ? { block: "center", inline: "nearest" } : near); blockEls[lo].scrollIntoView(near); }
       for (const c of cells) { unfar(c); c.scrollIntoView(near); }
@@ -1045,6 +1073,7 @@
     unfold(); // measured whole; folded again for the new size
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
+      body.classList.remove("small-tiles");
       tablesFor = -1; columns(); foldTables(); return;
     }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
@@ -1065,7 +1094,9 @@
         const r = Math.ceil(NB / c);
         best = Math.max(best, Math.min((w - (c - 1) * gap) / c, (h - (r - 1) * gap) / r));
       }
-      root.setProperty("--fit", Math.max(40, Math.floor(best - 2)) + "px");
+      const fit = Math.max(40, Math.floor(best - 2));
+      root.setProperty("--fit", fit + "px");
+      body.classList.toggle("small-tiles", fit < 4.5 * parseFloat(root.getPropertyValue("--u")));
     }
     columns();
   }
@@ -1075,7 +1106,7 @@
   // screen: fewer lines per table), once until the window's size changes, and the tiles are
   // fitted to the narrower pool pane; more than fit then scroll, to the change. Measured
   // when the tables' cell count changes.
-  let tablesFor = -1;
+  let tablesFor = -1, tscale = 1.5;
   function fitTables() { // true when it widened the column
     let cells = state ? state.order.length : 0;
     if (state) for (const q of state.order) cells += state.tables.get(q).blocks.length;
@@ -1090,11 +1121,11 @@
       }
       for (const tight of [false, true]) { // tight: no token counts, so a name and its cells share a line
         tablesEl.classList.toggle("tight", tight);
-        let scale = 1.5;
-        root.setProperty("--tscale", String(scale));
-        for (let k = 0; k < 4 && over() && scale > 0.8; k++) {
-          scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
-          root.setProperty("--tscale", scale.toFixed(3));
+        tscale = 1.5;
+        root.setProperty("--tscale", String(tscale));
+        for (let k = 0; k < 4 && over() && tscale > 0.8; k++) {
+          tscale = Math.max(0.8, tscale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
+          root.setProperty("--tscale", tscale.toFixed(3));
         }
         if (!over()) break;
       }

@@ -186,20 +186,25 @@ def test_the_shipped_generate_page_keeps_its_changes_in_view_when_presented(open
     assert walk(open_page, page, viewport, labels=labels, present=True) >= 40
 
 
+def mix_page(block_size: int, blocks: int, max_tokens: int) -> dict:
+    """`generate`'s page of the shipped mix of requests on a pool of `blocks` blocks."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, serve
+
+    llm, _ = serve(
+        workload=Workload(max_tokens=max_tokens),
+        cache=CacheConfig(block_size=block_size, num_gpu_blocks_override=blocks),
+        check_dense=False,
+    )
+    return sources.generate(llm.llm_engine, llm.steps)
+
+
 def test_tables_too_long_for_their_column_widen_it_when_presented(open_page):
     """The shipped mix on a pool of 24 blocks of 8: six tables of up to 13 blocks beside a
     16-request timeline. At 1366x768, in a quarter of the screen, they did not fit even at
     the smallest text, and r2.1's changed cell was below the column's edge at step 2; the
     column now widens and the tiles are fitted to what is left."""
-    from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, serve
-
-    llm, _ = serve(
-        workload=Workload(max_tokens=24),
-        cache=CacheConfig(block_size=8, num_gpu_blocks_override=24),
-        check_dense=False,
-    )
-    page = sources.generate(llm.llm_engine, llm.steps)
+    page = mix_page(8, 24, 24)
     labels = page["options"].labels
     assert walk(open_page, page, (1366, 768), labels=labels, present=True) >= 40
 
@@ -215,15 +220,7 @@ def test_tables_longer_than_their_pane_fold_to_what_changed(open_page, present):
     """Six tables of up to 49 blocks of 2 tokens: a decode step writes the last cell of each,
     too far apart for one pane at 1366x768. Each row folds the cells the step left alone
     ("0 ...46 47 48"), so every changed cell is in view, and still lists every block."""
-    from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, serve
-
-    llm, _ = serve(
-        workload=Workload(max_tokens=16),
-        cache=CacheConfig(block_size=2, num_gpu_blocks_override=96),
-        check_dense=False,
-    )
-    page = sources.generate(llm.llm_engine, llm.steps)
+    page = mix_page(2, 96, 16)
     snaps, labels = page["trace_or_snapshots"], page["options"].labels
     loaded = open_page(
         to_html(**page), viewport=(1366, 768), fragment="#step=0" + ("&present" if present else "")
@@ -246,6 +243,46 @@ def test_tables_longer_than_their_pane_fold_to_what_changed(open_page, present):
     assert folds > 0  # the pane is too short for the whole tables
     loaded.page.keyboard.press("Home")  # the prefill wrote every cell: nothing folds
     assert loaded.page.evaluate("document.querySelectorAll('.fold, .cell.folded').length") == 0
+    loaded.check_clean()
+
+
+@pytest.mark.parametrize("viewport, present", [((1366, 768), False), ((1920, 1080), True)])
+def test_a_step_that_changes_more_cells_than_the_pane_holds_is_squeezed_into_view(
+    open_page, viewport, present
+):
+    """The same six tables of blocks of 2: at step 7 r3.0 lets go of 48 blocks that r0.0,
+    r1.0 and r1.1 share, so 111 cells change. The pane is scrolled to the first and last
+    changed cells in the tables' order (the step's own writes, which it lights first, are
+    neither), and where they do not fit even folded (presented at 1080p) the tables' text
+    is squeezed for that step and restored after it."""
+    page = mix_page(2, 96, 16)
+    labels = page["options"].labels
+    assert walk(open_page, page, viewport, labels=labels, present=present) >= 15
+    fragment = "#step=6" + ("&present" if present else "")
+    loaded = open_page(to_html(**page), viewport=viewport, fragment=fragment)
+    squeeze = "document.querySelector('#tables').style.getPropertyValue('--squeeze')"
+    assert not loaded.page.evaluate(squeeze)
+    loaded.page.keyboard.press("ArrowRight")
+    assert bool(loaded.page.evaluate(squeeze)) == present
+    loaded.page.keyboard.press("ArrowRight")
+    assert not loaded.page.evaluate(squeeze)
+    loaded.check_clean()
+
+
+@pytest.mark.parametrize("viewport", SCREENS)
+def test_the_key_help_sits_under_the_panes_not_over_them(open_page, viewport):
+    """In a wide window the panes scroll on their own and the key help is the page's last
+    line: a changed cell or tile scrolled to a pane's foot is not under it (it was, 23 px of
+    each pane, while a later rule kept the narrow window's fixed footer)."""
+    session = run_session(Options(4096, 16), ["alloc A 40", "alloc B 300"])  # the pool overflows
+    loaded = open_page(to_html(**sources.play(session)), viewport=viewport)
+    boxes = loaded.page.evaluate(
+        """() => ['#tables-pane', '#pool-pane', '#keys'].map((s) => {
+            const r = document.querySelector(s).getBoundingClientRect();
+            return [r.top, r.bottom]; })"""
+    )
+    (_, tables), (_, pool), (keys, bottom) = boxes
+    assert max(tables, pool) <= keys + 0.5 and bottom <= viewport[1] + 0.5, boxes
     loaded.check_clean()
 
 
