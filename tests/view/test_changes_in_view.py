@@ -1,7 +1,8 @@
 """Every step draws what it changed, in view: walking a page step by step, each block whose
 state differs from the step before (ref count, fill, cached flag, free-list membership, text,
 hash) and each table cell that differs is outlined, and is inside the window and every
-pane that scrolls it. Tour, a playground page with every operation, and `generate`."""
+pane that scrolls it, with nothing drawn over it. Tour, a playground page with every
+operation, and `generate`."""
 
 import contextlib
 
@@ -36,19 +37,24 @@ EVERY_OPERATION = [
     "append C 2",
 ]
 
+# In view: at least half of the element's height inside the window and every pane that
+# scrolls it, and the middle of what shows is the element (nothing is drawn over it).
 IN_VIEW = """(sel) => {
     const seen = (e) => {
         const r = e.getBoundingClientRect();
-        if (r.width === 0 || r.bottom <= 0 || r.right <= 0 || r.top >= innerHeight ||
-            r.left >= innerWidth) return false;
+        if (r.width === 0) return false;
+        let top = Math.max(r.top, 0), bottom = Math.min(r.bottom, innerHeight);
+        let left = Math.max(r.left, 0), right = Math.min(r.right, innerWidth);
         for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
             const s = getComputedStyle(p);
             if (!/(auto|scroll|hidden)/.test(s.overflow + s.overflowX + s.overflowY)) continue;
             const c = p.getBoundingClientRect();
-            if (r.bottom <= c.top || r.top >= c.bottom || r.right <= c.left || r.left >= c.right)
-                return false;
+            top = Math.max(top, c.top); bottom = Math.min(bottom, c.bottom);
+            left = Math.max(left, c.left); right = Math.min(right, c.right);
         }
-        return true;
+        if (bottom - top < r.height / 2 || right <= left) return false;
+        const hit = document.elementFromPoint((left + right) / 2, (top + bottom) / 2);
+        return !!hit && (hit === e || e.contains(hit));
     };
     return [...document.querySelectorAll(sel)].map((e) => [e.dataset.block,
         e.closest('[data-seq]') ? e.closest('[data-seq]').dataset.seq : null,
