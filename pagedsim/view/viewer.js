@@ -571,7 +571,7 @@
     e.forEach((b, j) => { const k = ek[j] || "t"; if (!by.has(k)) by.set(k, []); by.get(k).push(b); });
     changes.append(el("span", { class: "lead" }, UI["changed this step"] + ":"));
     for (const [k, list] of by) {
-      const g = el("span", { class: "chg k-" + k, "data-kind": KIND[k] });
+      const g = el("span", { class: "chg k-" + k + (list.length > 3 ? " long" : ""), "data-kind": KIND[k] });
       g.append(el("b", {}, (k === "r" ? releasedBy(d, list) : UI[KIND[k]]) + (list.length > 1 ? " \u00d7" + list.length : "")));
       for (const b of list.slice(0, LISTED)) g.append(el("span", { class: "goto", "data-goto": String(b), tabindex: "0" }, String(b)));
       if (list.length > LISTED) g.append(el("span", { class: "more" }, "+" + (list.length - LISTED)));

@@ -169,3 +169,39 @@ def test_the_changed_outline_grows_with_the_screen(open_page, tour_html, size):
     box = min(size[0], size[1] * 16 / 9)
     assert len(widths) >= 2 and min(widths) >= 0.002 * box, (widths, box)
     loaded.check_clean()
+
+
+@pytest.fixture(scope="module")
+def small_blocks_html():
+    """`generate`'s mix on 96 blocks of 2 tokens: step 7 allocates, frees, releases 48 blocks
+    and fills, so its "changed" strip holds more than a line."""
+    from .test_changes_in_view import mix_page
+
+    return to_html(**mix_page(2, 96, 16))
+
+
+# Each part of the strip: its lines (a wrapped part is taller than one), and whether what
+# it holds spills out of its box.
+STRIP_PARTS = """() => [...document.querySelectorAll('#changes > *')].map((e) => {
+    const line = parseFloat(getComputedStyle(e).lineHeight) ||
+        1.3 * parseFloat(getComputedStyle(e).fontSize);
+    return [e.className, Math.round(e.getBoundingClientRect().height / line),
+            e.scrollHeight > e.clientHeight + 1];
+})"""
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+def test_the_changed_strip_keeps_one_line_in_presentation_mode(open_page, small_blocks_html, size):
+    """The strip is one line high: its lead and groups once wrapped inside it, so "changed
+    this" lost its "step:" and the links' boxes showed as orange slivers under the line. A
+    long group is now cut at its end instead, and the short ones stay whole."""
+    loaded = open_page(small_blocks_html, fragment="#step=7&present", viewport=size)
+    parts = loaded.page.evaluate(STRIP_PARTS)
+    assert [c for c, _, _ in parts][:2] == ["lead", "chg k-a"], parts
+    assert all(lines == 1 and not spilled for _, lines, spilled in parts), parts
+    whole = loaded.page.evaluate(
+        """() => [...document.querySelectorAll('#changes > :not(.long)')].every((e) =>
+            e.scrollWidth <= e.clientWidth + 1 && e.getBoundingClientRect().right <= innerWidth)"""
+    )
+    assert whole
+    loaded.check_clean()
