@@ -190,12 +190,15 @@ STRIP_PARTS = """() => [...document.querySelectorAll('#changes > *')].map((e) =>
 })"""
 
 
+@pytest.mark.parametrize("mode", ["", "&present"])
 @pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
-def test_the_changed_strip_keeps_one_line_in_presentation_mode(open_page, small_blocks_html, size):
-    """The strip is one line high: its lead and groups once wrapped inside it, so "changed
-    this" lost its "step:" and the links' boxes showed as orange slivers under the line. A
-    long group is now cut at its end instead, and the short ones stay whole."""
-    loaded = open_page(small_blocks_html, fragment="#step=7&present", viewport=size)
+def test_the_changed_strip_keeps_one_line(open_page, small_blocks_html, size, mode):
+    """The strip is one line high in a wide window and when presented. Presented, its lead
+    and groups wrapped inside it, so "changed this" lost its "step:" and the links' boxes
+    showed as orange slivers under the line; in a wide window a group that did not fit went
+    whole to a hidden second line ("filled" at step 7). A long group is now cut at its end
+    instead, and the short ones stay whole."""
+    loaded = open_page(small_blocks_html, fragment="#step=7" + mode, viewport=size)
     parts = loaded.page.evaluate(STRIP_PARTS)
     assert [c for c, _, _ in parts][:2] == ["lead", "chg k-a"], parts
     assert all(lines == 1 and not spilled for _, lines, spilled in parts), parts
@@ -204,4 +207,11 @@ def test_the_changed_strip_keeps_one_line_in_presentation_mode(open_page, small_
             e.scrollWidth <= e.clientWidth + 1 && e.getBoundingClientRect().right <= innerWidth)"""
     )
     assert whole
+    kinds = loaded.page.evaluate(
+        """() => [...document.querySelectorAll('#changes > .chg')].map((e) => [e.dataset.kind,
+            e.getBoundingClientRect().bottom <=
+                e.parentElement.getBoundingClientRect().bottom + 1])"""
+    )
+    assert [k for k, _ in kinds] == ["allocated", "freed", "released", "filled"], kinds
+    assert all(shown for _, shown in kinds), kinds
     loaded.check_clean()
