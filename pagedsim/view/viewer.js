@@ -453,15 +453,18 @@
   // stay in the DOM, hidden, so a row's data-block list is whole. When the changed cells
   // themselves are more than the pane holds (a long prefill of small blocks, a fork of a
   // long table), the tables' text is also squeezed for the step, down to 0.6 of its size
-  // (presentation mode: to 0.6 units), with each name on its cells' line. The next step
-  // unfolds and unsqueezes first. A big pool's rows are rendered near the window only; it
+  // (presentation mode: to 0.6 units, then with the request timeline at half its height),
+  // with each name on its cells' line. The next step unfolds and unsqueezes first. A big pool's rows are rendered near the window only; it
   // never folds.
   let foldedCells = [], foldMarks = [], squeezed = false;
   function unfold() {
     for (const c of foldedCells) c.classList.remove("folded");
     for (const m of foldMarks) m.remove();
     foldedCells = []; foldMarks = [];
-    if (squeezed) { squeezed = false; tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze"); }
+    if (squeezed) {
+      squeezed = false; tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze");
+      body.classList.remove("tl-short");
+    }
   }
   function litSpan() { // the changed cells' span and the room of the pane that scrolls them (CSS decides which); 0 when they fit
     if (!lit.length) return [0, 1];
@@ -486,10 +489,17 @@
     let scale = 1, [span, room] = litSpan();
     if (!span) return;
     squeezed = true; tablesEl.classList.add("squeezed");
-    for (let k = 0; k < 6 && span && scale > least; k++) {
-      scale = Math.max(least, scale * Math.min(0.92, Math.sqrt(room / span)));
-      tablesEl.style.setProperty("--squeeze", scale.toFixed(3));
-      [span, room] = litSpan();
+    for (let pass = 0; pass < 2 && span; pass++) {
+      if (pass) { // presented: the request timeline under the tables gives up half its height
+        if (!presenting || timeline.hidden) return;
+        body.classList.add("tl-short");
+        [span, room] = litSpan();
+      }
+      for (let k = 0; k < 6 && span && scale > least; k++) {
+        scale = Math.max(least, scale * Math.min(0.92, Math.sqrt(room / span)));
+        tablesEl.style.setProperty("--squeeze", scale.toFixed(3));
+        [span, room] = litSpan();
+      }
     }
   }
   function foldTables() {
@@ -1094,7 +1104,7 @@
         const r = Math.ceil(NB / c);
         best = Math.max(best, Math.min((w - (c - 1) * gap) / c, (h - (r - 1) * gap) / r));
       }
-      const fit = Math.max(40, Math.floor(best - 2));
+      const fit = Math.max(32, Math.floor(best - 2)); // 32 px still holds an id (small-tiles)
       root.setProperty("--fit", fit + "px");
       body.classList.toggle("small-tiles", fit < 4.5 * parseFloat(root.getPropertyValue("--u")));
     }
