@@ -1145,14 +1145,24 @@
   }
   // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit
   // the pane, so no tile is off to the side and the ids stay aligned (a line starts at a
-  // multiple of its length).
+  // multiple of its length). Presented, the tiles shrink from 5.4 units to fill the pane's
+  // width with the most columns whose tiles are 3.4 units or more (at 1920x1080, 16 columns
+  // of 70 px where 8 of 104 px left 40% of the pane empty).
   function columns() {
     if (!BIG) return;
     const cs = getComputedStyle(blocksEl.firstChild), gap = parseFloat(cs.columnGap) || 0;
     const pad = (parseFloat(cs.paddingLeft) || 0) + (parseFloat(cs.paddingRight) || 0);
-    const tile = blockEls[0].offsetWidth + gap, room = wrap.clientWidth + gap - pad;
+    const room = wrap.clientWidth + gap - pad;
     let cols = ROW;
-    while (cols > 4 && cols * tile > room) cols /= 2;
+    if (presenting) { // the pane's own padding (presentation mode's) is no room either
+      const root = document.documentElement.style, u = parseFloat(root.getPropertyValue("--u"));
+      const ws = getComputedStyle(wrap), inner = room - parseFloat(ws.paddingLeft) - parseFloat(ws.paddingRight);
+      while (cols > 4 && inner / cols - gap < 3.4 * u) cols /= 2;
+      root.setProperty("--fit", Math.floor(Math.min(5.4 * u, inner / cols - gap)) + "px");
+    } else {
+      const tile = blockEls[0].offsetWidth + gap;
+      while (cols > 4 && cols * tile > room) cols /= 2;
+    }
     blocksEl.style.setProperty("--cols", String(cols));
     blocksEl.style.setProperty("--lines", String(ROW / cols));
   }
