@@ -1146,8 +1146,9 @@
   // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit
   // the pane, so no tile is off to the side and the ids stay aligned (a line starts at a
   // multiple of its length). Presented, the tiles shrink from 5.4 units to fill the pane's
-  // width with the most columns whose tiles are 3.4 units or more (at 1920x1080, 16 columns
-  // of 70 px where 8 of 104 px left 40% of the pane empty).
+  // width with the most columns whose tiles are 3.2 units or more (at 1920x1080, 16 columns
+  // of 70 px where 8 of 104 px left 40% of the pane empty; at 1366x768, 16 of 44 px, their
+  // text in the hover box, where 8 of 74 px held a third as many).
   function columns() {
     if (!BIG) return;
     const cs = getComputedStyle(blocksEl.firstChild), gap = parseFloat(cs.columnGap) || 0;
@@ -1157,8 +1158,10 @@
     if (presenting) { // the pane's own padding (presentation mode's) is no room either
       const root = document.documentElement.style, u = parseFloat(root.getPropertyValue("--u"));
       const ws = getComputedStyle(wrap), inner = room - parseFloat(ws.paddingLeft) - parseFloat(ws.paddingRight);
-      while (cols > 4 && inner / cols - gap < 3.4 * u) cols /= 2;
-      root.setProperty("--fit", Math.floor(Math.min(5.4 * u, inner / cols - gap)) + "px");
+      while (cols > 4 && inner / cols - gap < 3.2 * u) cols /= 2;
+      const fit = Math.floor(Math.min(5.4 * u, inner / cols - gap));
+      root.setProperty("--fit", fit + "px");
+      body.classList.toggle("small-tiles", fit < 4.5 * u);
     } else {
       const tile = blockEls[0].offsetWidth + gap;
       while (cols > 4 && cols * tile > room) cols /= 2;

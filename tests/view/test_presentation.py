@@ -217,11 +217,13 @@ def test_the_changed_strip_keeps_one_line(open_page, small_blocks_html, size, mo
     loaded.check_clean()
 
 
-@pytest.mark.parametrize("size, cols", [((1366, 768), 8), ((1920, 1080), 16), ((3840, 2160), 16)])
+@pytest.mark.parametrize("size, cols", [((1366, 768), 16), ((1920, 1080), 16), ((3840, 2160), 16)])
 def test_a_big_pool_fills_the_pool_pane_when_presented(open_page, size, cols):
     """A big pool's rows of 32 wrap in lines of 32, 16, 8 or 4 tiles. Presented, its tiles
     were 5.4 units whatever the pane, so at 1920x1080 16 did not fit and 8 left 40% of the
-    pane empty; they now shrink (not below 3.4 units) to the most columns that fill it."""
+    pane empty, and at 1366x768 8 columns held a third of what 16 of 44 px do; they now
+    shrink (not below 3.2 units) to the most columns that fill it, a small tile's text in
+    the hover box."""
     session = Session(Options(400, 16))
     session.run("alloc A 700")
     loaded = open_page(to_html(**sources.play(session)), fragment="#step=1&present", viewport=size)
@@ -233,12 +235,13 @@ def test_a_big_pool_fills_the_pool_pane_when_presented(open_page, size, cols):
             const u = parseFloat(document.documentElement.style.getPropertyValue('--u'));
             return {cols: tiles.filter((r) => r.top === tiles[0].top).length,
                     right: Math.max(...tiles.map((r) => r.right)), pane: [wrap.left, wrap.right],
-                    width: tiles[0].width / u};
+                    width: tiles[0].width / u, text: getComputedStyle(
+                        document.querySelector('#blocks .block .txt')).display};
         }"""
     )
     left, right = got["pane"]
     assert got["cols"] == cols, got
-    assert got["right"] <= right and 3.4 <= got["width"] <= 5.4 + 1e-6, got
-    if cols == 16:  # it fills the pane: the last column ends in its last tenth
-        assert got["right"] >= right - 0.1 * (right - left), got
+    assert got["right"] <= right and 3.2 <= got["width"] <= 5.4 + 1e-6, got
+    assert got["right"] >= right - 0.1 * (right - left), got  # the last tenth: it fills
+    assert (got["text"] == "none") == (got["width"] < 4.5), got  # text too big for a tile
     loaded.check_clean()
