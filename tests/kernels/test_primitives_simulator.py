@@ -132,12 +132,14 @@ def test_a_divergent_shuffle_is_reported_instead_of_hanging(monkeypatch):
 
 
 def test_lanes_that_arrive_late_but_one_after_another_are_slow_not_divergent(monkeypatch):
-    # lane i reaches the shuffle i * 0.05 s late: the last comes 1.55 s after the first,
-    # three timeouts, but no gap between arrivals is near one (a loaded machine's pattern)
-    monkeypatch.setattr(_simulator, "TIMEOUT_S", 0.5)
+    # lane i reaches the shuffle i * 0.14 s late: the last comes 4.3 s after the first, over
+    # two timeouts, but each gap between arrivals is a fourteenth of one (a loaded machine's
+    # pattern). With a 0.5 s timeout and 0.05 s gaps, a run beside CI at load 20 saw one
+    # thread woken more than 0.5 s late and took it for divergence.
+    monkeypatch.setattr(_simulator, "TIMEOUT_S", 2.0)
 
     def body(tid, out):
-        time.sleep(0.05 * tid)
+        time.sleep(0.14 * tid)
         out[tid, 0] = cuda.shfl_xor_sync(FULL, tid, 1)
 
     assert run_lanes(32, body)[:, 0].tolist() == [t ^ 1 for t in range(32)]
