@@ -454,8 +454,8 @@
   // themselves are more than the pane holds (a long prefill of small blocks, a fork of a
   // long table), the tables' text is also squeezed for the step, down to 0.6 of its size
   // (presentation mode: to 0.6 units, then with the request timeline at half its height),
-  // with each name on its cells' line. The next step unfolds and unsqueezes first. A big pool's rows are rendered near the window only; it
-  // never folds.
+  // with each name on its cells' line. The next step unfolds and unsqueezes first. A big
+  // pool's rows are rendered near the window only; it never folds.
   let foldedCells = [], foldMarks = [], squeezed = false;
   function unfold() {
     for (const c of foldedCells) c.classList.remove("folded");
