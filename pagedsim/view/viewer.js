@@ -456,13 +456,13 @@
   // (presentation mode: to 0.6 units, then with the request timeline at half its height),
   // with each name on its cells' line. The next step unfolds and unsqueezes first. A big
   // pool's rows are rendered near the window only; it never folds.
-  let foldedCells = [], foldMarks = [], squeezed = false;
+  let foldedCells = [], foldMarks = [];
   function unfold() {
     for (const c of foldedCells) c.classList.remove("folded");
     for (const m of foldMarks) m.remove();
     foldedCells = []; foldMarks = [];
-    if (squeezed) {
-      squeezed = false; tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze");
+    if (tablesEl.classList.contains("squeezed")) { // the class is the state
+      tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze");
       body.classList.remove("tl-short");
     }
   }
@@ -488,7 +488,7 @@
     const least = presenting ? Math.min(1, 0.6 / tscale) : 0.6;
     let scale = 1, [span, room] = litSpan();
     if (!span) return;
-    squeezed = true; tablesEl.classList.add("squeezed");
+    tablesEl.classList.add("squeezed");
     for (let pass = 0; pass < 2 && span; pass++) {
       if (pass) { // presented: the request timeline under the tables gives up half its height
         if (!presenting || timeline.hidden) return;
@@ -1092,6 +1092,12 @@
     foldTables();
     arrowsShown = true; drawArrows(STEPS[cur] || {});
   }
+  // Presentation mode's tile size, px; a tile under 4.5 units leaves its text to the hover box
+  function setFit(px) {
+    const root = document.documentElement.style;
+    root.setProperty("--fit", px + "px");
+    body.classList.toggle("small-tiles", px < 4.5 * parseFloat(root.getPropertyValue("--u")));
+  }
   function fitTiles() {
     if (!BIG) {
       const root = document.documentElement.style;
@@ -1104,9 +1110,7 @@
         const r = Math.ceil(NB / c);
         best = Math.max(best, Math.min((w - (c - 1) * gap) / c, (h - (r - 1) * gap) / r));
       }
-      const fit = Math.max(32, Math.floor(best - 2)); // 32 px still holds an id (small-tiles)
-      root.setProperty("--fit", fit + "px");
-      body.classList.toggle("small-tiles", fit < 4.5 * parseFloat(root.getPropertyValue("--u")));
+      setFit(Math.max(32, Math.floor(best - 2))); // 32 px still holds an id (small-tiles)
     }
     columns();
   }
@@ -1156,12 +1160,10 @@
     const room = wrap.clientWidth + gap - pad;
     let cols = ROW;
     if (presenting) { // the pane's own padding (presentation mode's) is no room either
-      const root = document.documentElement.style, u = parseFloat(root.getPropertyValue("--u"));
+      const u = parseFloat(document.documentElement.style.getPropertyValue("--u"));
       const ws = getComputedStyle(wrap), inner = room - parseFloat(ws.paddingLeft) - parseFloat(ws.paddingRight);
       while (cols > 4 && inner / cols - gap < 3.2 * u) cols /= 2;
-      const fit = Math.floor(Math.min(5.4 * u, inner / cols - gap));
-      root.setProperty("--fit", fit + "px");
-      body.classList.toggle("small-tiles", fit < 4.5 * u);
+      setFit(Math.floor(Math.min(5.4 * u, inner / cols - gap)));
     } else {
       const tile = blockEls[0].offsetWidth + gap;
       while (cols > 4 && cols * tile > room) cols /= 2;
