@@ -19,7 +19,8 @@ hash differs, the free-list entries and the table cells it wrote), names it in a
 strip (allocated, hit, shared, copied, released (naming who let go), freed, evicted,
 hashed, filled, swapped out / in; each block a link), and scrolls the panes so the change
 is in view (in a wide window the tables and the pool scroll on their own; tables too
-long for their pane fold the cells the step left alone). A swap page has
+long for their pane fold the tables and cells the step left alone, and a big pool the
+rows of tiles between its changes). A swap page has
 a host pane (`play` under swap preemption, `generate` when the v0 engine swaps a request
 out); a `generate` page has plain captions (`narrate.py`), its engine notation on hover,
 and a request timeline. Every trace
@@ -55,9 +56,13 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  `PageOptions.names` gives it: `generate`'s "r0.0"), in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
-                 (data-block="-1": a logical block a sliding window dropped); a small
-                 pool's step whose changed cells do not fit the pane folds the rest
-                 (class "folded", hidden; a .fold mark "\u2026N" before each run)
+                 (data-block="-1": a logical block a sliding window dropped); a step
+                 whose changed cells do not fit the pane folds the tables between them
+                 that show none, then the other cells (class "folded", hidden; a .fold
+                 mark before each run: "\u2026N tables", "\u2026N"); a big pool's step
+                 folds its rows of tiles between the changed ones (#blocks .row.folded,
+                 a .fold mark "\u2026 32\u201363"), and where they still do not fit
+                 lays each row out on one line (#blocks.squeezed)
     #version     the vLLM version label
     #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
     #headline    presentation mode's caption (two lines at most; its title the full one)
@@ -161,6 +166,8 @@ UI_ZH = {
     "host memory (swapped out)": "主机内存（已换出）",
     "running": "运行中",
     "folded blocks, unchanged this step": "折叠的块（本步未改动）",
+    "folded tables, unchanged this step": "折叠的块表（本步未改动）",
+    "tables": "张块表",
     "engine": "引擎记法",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
     "a sequence's colour": "序列的颜色",

@@ -302,7 +302,8 @@
       for (let b = r * ROW; b < Math.min(NB, (r + 1) * ROW); b++) if (stale[b]) drawLook(b);
     }
   });
-  for (const row of blocksEl.children) watch.observe(row);
+  const poolRows = [...blocksEl.children]; // (a folded pool puts marks between them)
+  for (const row of poolRows) watch.observe(row);
 
   // The free list: a step that removes or inserts a few ids moves those elements only; a
   // change that moves many (a jump) rewrites the ids in place, element by element, so no
@@ -446,21 +447,26 @@
       }
     }
   }
-  // A small pool's step whose changed cells do not fit the pane that scrolls the tables
-  // together (a few long tables, or many) folds the tables: each row keeps its first cell,
-  // its last two and every changed cell with a neighbour each side, and each run of the
-  // others (three or more) becomes one mark "\u2026N" (their blocks on hover). Folded cells
-  // stay in the DOM, hidden, so a row's data-block list is whole. When the changed cells
-  // themselves are more than the pane holds (a long prefill of small blocks, a fork of a
-  // long table), the tables' text is also squeezed for the step, down to 0.6 of its size
-  // (presentation mode: to 0.6 units, then with the request timeline at half its height),
-  // with each name on its cells' line. The next step unfolds and unsqueezes first. A big
-  // pool's rows are rendered near the window only; it never folds.
+  // A step whose changed cells do not fit the pane that scrolls the tables together folds
+  // the tables, in three stages, each only when the one before was not enough:
+  // - the tables between the first and the last changed one that show no changed cell fold,
+  //   each run of them to one mark "\u2026N tables" (their names on hover);
+  // - each table that does show one keeps its first cell, its last two and every changed
+  //   cell with a neighbour each side, and each run of the others (three or more) becomes
+  //   one mark "\u2026N" (their blocks on hover);
+  // - when the changed cells themselves are more than the pane holds (a long prefill of small
+  //   blocks, a fork of a long table), the tables' text is squeezed for the step, down to 0.6
+  //   of its size (presentation mode: to 0.6 units, then with the request timeline at half
+  //   its height), with each name on its cells' line.
+  // Folded tables and cells stay in the DOM, hidden, so the tables' data-block lists are
+  // whole. The next step unfolds and unsqueezes first. A big page folds on the steps it
+  // reveals (one step, a link), in the frame after the change, not on a jump.
   let foldedCells = [], foldMarks = [];
   function unfold() {
-    for (const c of foldedCells) c.classList.remove("folded");
+    for (const c of foldedCells) c.classList.remove("folded"); // cells, tables, rows of tiles
     for (const m of foldMarks) m.remove();
     foldedCells = []; foldMarks = [];
+    unsqueezePool(); poolFolded = false;
     if (tablesEl.classList.contains("squeezed")) { // the class is the state
       tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze");
       body.classList.remove("tl-short");
@@ -503,10 +509,13 @@
     }
   }
   function foldTables() {
-    if (BIG || !state || litFits()) return;
-    const on = new Set(lit);
+    if (!state || litFits()) return;
+    const on = new Set(lit), shown = new Set(lit.map((c) => c.closest(".table")));
+    foldQuiet(shown);
+    if (litFits()) return;
     for (const q of state.order) {
       const cells = rows.get(q).cells, n = cells.length, keep = new Uint8Array(n);
+      if (!shown.has(rows.get(q).el)) continue;
       keep[0] = 1; keep[Math.max(0, n - 2)] = 1; keep[n - 1] = 1;
       for (let j = 0; j < n; j++) {
         if (on.has(cells[j])) keep[j] = keep[Math.max(0, j - 1)] = keep[Math.min(n - 1, j + 1)] = 1;
@@ -525,6 +534,24 @@
       }
     }
     squeezeTables();
+  }
+  function foldQuiet(shown) { // the tables between the changed ones that show no change
+    for (const box of groupEls) {
+      const tables = [...box.children].filter((e) => e.row);
+      const first = tables.findIndex((e) => shown.has(e)), last = tables.findLastIndex((e) => shown.has(e));
+      for (let j = first + 1; first >= 0 && j < last;) {
+        let k = j;
+        while (k < last && !shown.has(tables[k])) k++;
+        if (k > j) {
+          const run = tables.slice(j, k);
+          for (const t of run) { t.classList.add("folded"); foldedCells.push(t); }
+          const mark = el("div", { class: "fold tables", title: UI["folded tables, unchanged this step"] + ": " +
+            run.map((t) => t.dataset.seq).join(", ") }, "\u2026" + run.length + " " + UI.tables);
+          tables[j].before(mark); foldMarks.push(mark);
+        }
+        j = k + 1;
+      }
+    }
   }
   // A big page renders only the table rows in sight ("near": content-visibility visible);
   // the rest are not rendered at all ("far": hidden). The browser's own skipping
@@ -598,7 +625,10 @@
   // tables' last and first changed cells in their order), so both are in view if they fit.
   // A big pool scrolls in the next frame, so the layout it needs is the frame's own; when the
   // row of either end is off screen (the row observer knows without a layout), the rows
-  // around it are drawn first and the last tile is centred.
+  // around it are drawn first and the last tile is centred. There, before it scrolls, the
+  // tables fold (foldTables) and so does the pool: when the changed tiles span more than
+  // the pane holds, each run of rows of tiles between them that holds no change becomes one
+  // mark "\u2026 32\u2013127" (a fork that shares blocks 3 and 2,914 shows both).
   let revealing = 0;
   function reveal(d) {
     const e = d.e || [];
@@ -614,11 +644,86 @@
     if (away) { // the rows it brings into view are drawn now, not in a second pass when seen
       for (let b = Math.max(0, rowOf(lo) - 16) * ROW; b < Math.min(NB, (rowOf(hi) + 17) * ROW); b++) if (stale[b]) drawLook(b);
     }
-    const cells = lit.length ? litEnds().reverse() : [];
+    const scroll = (last) => {
+      if (e.length) { blockEls[hi].scrollIntoView(last); blockEls[lo].scrollIntoView(near); }
+      if (lit.length) for (const c of litEnds().reverse()) c.scrollIntoView(near);
+    };
     revealing = requestAnimationFrame(() => {
-      if (e.length) { blockEls[hi].scrollIntoView(away ? { block: "center", inline: "nearest" } : near); blockEls[lo].scrollIntoView(near); }
-      for (const c of cells) { unfar(c); c.scrollIntoView(near); }
+      for (const c of lit) unfar(c);
+      foldTables();
+      if (e.length) foldPool(e, lo, hi);
+      scroll(away ? { block: "center", inline: "nearest" } : near);
+      // rows that the observers render after this frame (their own height, not the one
+      // remembered while skipped) may move the change out of sight: once more, a frame later
+      revealing = requestAnimationFrame(() => { if (e.length) foldPool(e, lo, hi); scroll(near); });
     });
+  }
+  function foldPool(e, lo, hi) {
+    const box = presenting ? wrap : getComputedStyle(poolPane).overflowY === "visible" ? null : poolPane;
+    const room = (box ? box.clientHeight : innerHeight) - 12;
+    const fits = () => blockEls[hi].getBoundingClientRect().bottom - blockEls[lo].getBoundingClientRect().top <= room;
+    if (fits()) return;
+    if (poolFolded) { squeezePool(room, lo, hi); return; }
+    poolFolded = true;
+    const has = new Uint8Array(poolRows.length);
+    for (const b of e) has[rowOf(b)] = 1;
+    for (let r = rowOf(lo) + 1; r < rowOf(hi);) {
+      let k = r;
+      while (k < rowOf(hi) && !has[k]) k++;
+      if (k > r) foldRows(r, k);
+      r = k + 1;
+    }
+    if (!fits()) squeezePool(room, lo, hi);
+  }
+  function foldRows(r, k) { // rows r to k - 1, one mark
+    for (let j = r; j < k; j++) { poolRows[j].classList.add("folded"); foldedCells.push(poolRows[j]); }
+    const span = r * ROW + "\u2013" + (Math.min(NB, k * ROW) - 1);
+    const mark = el("div", { class: "fold rows", title: UI["folded blocks, unchanged this step"] + ": " + span }, "\u2026 " + span);
+    poolRows[r].before(mark); foldMarks.push(mark);
+  }
+  // The changed rows, folded, that still span more than the pane: for the step, each row of
+  // ROW tiles is one line, and the tiles and their ids shrink (not below 16 px) until the
+  // rows and the marks between them fit the pane's width and height. The rows before and
+  // after them fold too, so that no row the browser renders later (at its one-line height,
+  // not the two-line one it remembered while skipped) moves the change out of sight.
+  let poolSqueezed = null, poolFolded = false; // the --cols and --lines that the next step gives back
+  function squeezePool(room, lo, hi) {
+    const st = blocksEl.style, ws = getComputedStyle(wrap);
+    if (st.getPropertyValue("--cols") === String(ROW)) return;
+    const inner = wrap.clientWidth - parseFloat(ws.paddingLeft) - parseFloat(ws.paddingRight) - 2 * 6;
+    const wide = Math.floor((inner + 3) / ROW - 3); // the squeezed rows' gaps (3 px, 6 px between lines) and padding (6 px): viewer.css
+    if (wide < 16) return;
+    blocksEl.classList.add("squeezed"); // first: the marks take their squeezed height
+    const marksBefore = foldMarks.length;
+    if (rowOf(lo) > 0) foldRows(0, rowOf(lo));
+    if (rowOf(hi) + 1 < poolRows.length) foldRows(rowOf(hi) + 1, poolRows.length);
+    let lines = 0, marks = 0;
+    for (let r = rowOf(lo); r <= rowOf(hi); r++) if (!poolRows[r].classList.contains("folded")) lines++;
+    for (const m of foldMarks) {
+      if (m.parentNode !== blocksEl) continue;
+      const ms = getComputedStyle(m);
+      marks += m.offsetHeight + parseFloat(ms.marginTop) + parseFloat(ms.marginBottom);
+    }
+    const tile = Math.min(wide, Math.floor((room - marks - 12) / lines - 6));
+    if (tile < 16) { // no room even so: the pool stays as it was folded
+      blocksEl.classList.remove("squeezed");
+      for (const m of foldMarks.splice(marksBefore)) m.remove();
+      for (let r = 0; r < poolRows.length; r++) {
+        if ((r < rowOf(lo) || r > rowOf(hi)) && poolRows[r].classList.contains("folded")) poolRows[r].classList.remove("folded");
+      }
+      return;
+    }
+    poolSqueezed = [st.getPropertyValue("--cols"), st.getPropertyValue("--lines")];
+    st.setProperty("--cols", String(ROW)); st.setProperty("--lines", "1");
+    st.setProperty("--block", tile + "px"); st.setProperty("--label", Math.floor(0.42 * tile) + "px");
+  }
+  function unsqueezePool() {
+    if (poolSqueezed === null) return;
+    const st = blocksEl.style;
+    blocksEl.classList.remove("squeezed");
+    st.setProperty("--cols", poolSqueezed[0]); st.setProperty("--lines", poolSqueezed[1]);
+    st.removeProperty("--block"); st.removeProperty("--label");
+    poolSqueezed = null;
   }
   let arrowsShown = false;
   function drawArrows(d) {
@@ -680,7 +785,7 @@
     drawFree(state);
     drawTables(state, d);
     if (presenting && fitTables()) fitTiles(); // a widened column left the pool pane less room
-    foldTables();
+    if (!BIG) foldTables();
     drawChanges(d);
     drawHost(i);
     drawKernel();
@@ -1084,12 +1189,13 @@
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
       body.classList.remove("small-tiles");
-      tablesFor = -1; columns(); foldTables(); return;
+      tablesFor = -1; columns(); if (!BIG) foldTables();
+      return;
     }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
     tablesFor = -1; fitTables(); // first: it may widen the tables' column
     fitTiles();
-    foldTables();
+    if (!BIG) foldTables();
     arrowsShown = true; drawArrows(STEPS[cur] || {});
   }
   // Presentation mode's tile size, px; a tile under 4.5 units leaves its text to the hover box
@@ -1118,8 +1224,9 @@
   // at which every table fits its column, so all of a step's changed cells can be in sight
   // at once. Tables that do not fit at 0.8 widen their column (from 26% to 38% of the
   // screen: fewer lines per table), once until the window's size changes, and the tiles are
-  // fitted to the narrower pool pane; more than fit then scroll, to the change. Measured
-  // when the tables' cell count changes.
+  // fitted to the narrower pool pane; more than fit then scroll, to the change. A big
+  // pool's tables never fit, and its tiles keep the room (at 1366x768, 16 columns, not 8
+  // that showed a third as many). Measured when the tables' cell count changes.
   let tablesFor = -1, tscale = 1.5;
   function fitTables() { // true when it widened the column
     let cells = state ? state.order.length : 0;
@@ -1128,7 +1235,7 @@
     tablesFor = cells;
     const root = document.documentElement.style;
     const over = () => tablesEl.scrollHeight > tablesEl.clientHeight + 1;
-    for (const widen of [false, true]) {
+    for (const widen of BIG ? [false] : [false, true]) {
       if (widen) {
         if (body.classList.contains("wide-tables")) return false;
         body.classList.add("wide-tables");
@@ -1145,7 +1252,7 @@
       }
       if (!over()) return widen;
     }
-    return true;
+    return !BIG;
   }
   // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit
   // the pane, so no tile is off to the side and the ids stay aligned (a line starts at a

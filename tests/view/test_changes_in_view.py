@@ -153,15 +153,56 @@ def test_every_playground_operation_outlines_its_changes_in_view(open_page, pres
     assert walk(open_page, page, present=present) == len(page["trace_or_snapshots"]) - 1
 
 
+@pytest.mark.parametrize("blocks, commands, seed", [(400, 40, 3), (4096, 60, 2)])
 @pytest.mark.parametrize("present", MODES)
-def test_a_big_pool_brings_each_change_into_view(open_page, present):
-    """400 blocks (a big pool: rows of 32 tiles, drawn when seen) at 1366x768: no changed tile
-    is off to the side or below the fold, in either mode."""
-    session = Session(Options(400, 16))
-    for c in long_script(40, 400, 16, seed=3):
+def test_a_big_pool_brings_each_change_into_view(open_page, present, blocks, commands, seed):
+    """A big pool (rows of 32 tiles, drawn when seen) at 1366x768: no changed tile is off to
+    the side or below the fold, in either mode. On 4,096 blocks, forks and new tables land
+    far from the tables they share blocks with: the tables between fold, and the tables'
+    pane is not scrolled away by the kernel's view, drawn below them as it comes into sight."""
+    session = Session(Options(blocks, 16))
+    for c in long_script(commands, blocks, 16, seed=seed):
         with contextlib.suppress(Refused):
             session.run(c)
     assert walk(open_page, sources.play(session), present=present) >= 30
+
+
+# A's twelve blocks lie two rows of 32 tiles apart (0, 65, ..., 715), eleven tables of 64
+# blocks between them; `fork A D` (step 24) shares all twelve.
+SPREAD = ["alloc A 16"] + [c for k in range(11) for c in (f"alloc F{k} 1024", "append A 16")]
+SPREAD += ["fork A D", "append D 1"]
+FOLDS = """() => [[...document.querySelectorAll('#blocks .fold')].map((f) => f.textContent),
+    document.querySelectorAll('#blocks .row.folded').length,
+    [...document.querySelectorAll('#tables .fold')].map((f) => f.textContent),
+    document.querySelector('#blocks').classList.contains('squeezed')]"""
+
+
+@pytest.mark.parametrize("present", MODES)
+def test_a_big_pool_folds_and_squeezes_what_lies_between_its_changes(open_page, present):
+    """4,096 blocks at 1366x768: a fork whose changed tiles span 23 rows of tiles, and whose
+    changed cells have eleven tables between them. The eleven rows and tables between fold to
+    marks, and the twelve changed rows, still taller than the pane, become one line each for
+    that step, with the rows after them folded too; every change is in view. The step before
+    folds nothing, and going back to it restores the pool."""
+    page = sources.play(run_session(Options(4096, 16), SPREAD))
+    assert [s.blocks for s in page["trace_or_snapshots"][24].sequences if s.seq_id == "D"] == [
+        tuple(65 * k for k in range(12))
+    ]
+    assert walk(open_page, page, present=present) == len(SPREAD)
+    mode = "&present" if present else ""
+    loaded = open_page(to_html(**page), viewport=(1366, 768), fragment="#step=24" + mode)
+    loaded.page.evaluate(FRAME)
+    between = [f"\u2026 {64 * k + 32}\u2013{64 * k + 63}" for k in range(11)]
+    assert loaded.page.evaluate(FOLDS) == [
+        [*between, "\u2026 736\u20134095"],
+        11 + 128 - 23,
+        ["\u202611 tables"],
+        True,
+    ]
+    loaded.page.keyboard.press("ArrowLeft")
+    loaded.page.evaluate(FRAME)
+    assert loaded.page.evaluate(FOLDS) == [[], 0, [], False]
+    loaded.check_clean()
 
 
 @pytest.mark.parametrize("present", MODES)
