@@ -462,6 +462,11 @@
   // whole. The next step unfolds and unsqueezes first. A big page folds on the steps it
   // reveals (one step, a link), in the frame after the change, not on a jump.
   let foldedCells = [], foldMarks = [];
+  function foldRun(run, tag, cls, title, text) { // hidden until the next step; one mark before them
+    for (const x of run) { x.classList.add("folded"); foldedCells.push(x); }
+    const mark = el(tag, { class: cls, title: title }, text);
+    run[0].before(mark); foldMarks.push(mark);
+  }
   function unfold() {
     for (const c of foldedCells) c.classList.remove("folded"); // cells, tables, rows of tiles
     for (const m of foldMarks) m.remove();
@@ -525,10 +530,8 @@
         while (k < n && !keep[k]) k++;
         if (k - j >= 3) {
           const run = cells.slice(j, k);
-          for (const c of run) { c.classList.add("folded"); foldedCells.push(c); }
-          const mark = el("span", { class: "fold", title: UI["folded blocks, unchanged this step"] + ": " +
-            run.map((c) => c.block).join(", ") }, "\u2026" + run.length);
-          cells[j].before(mark); foldMarks.push(mark);
+          foldRun(run, "span", "fold", UI["folded blocks, unchanged this step"] + ": " +
+            run.map((c) => c.block).join(", "), "\u2026" + run.length);
         }
         j = Math.max(k, j + 1);
       }
@@ -544,10 +547,8 @@
         while (k < last && !shown.has(tables[k])) k++;
         if (k > j) {
           const run = tables.slice(j, k);
-          for (const t of run) { t.classList.add("folded"); foldedCells.push(t); }
-          const mark = el("div", { class: "fold tables", title: UI["folded tables, unchanged this step"] + ": " +
-            run.map((t) => t.dataset.seq).join(", ") }, "\u2026" + run.length + " " + UI.tables);
-          tables[j].before(mark); foldMarks.push(mark);
+          foldRun(run, "div", "fold tables", UI["folded tables, unchanged this step"] + ": " +
+            run.map((t) => t.dataset.seq).join(", "), "\u2026" + run.length + " " + UI.tables);
         }
         j = k + 1;
       }
@@ -676,10 +677,8 @@
     if (!fits()) squeezePool(room, lo, hi);
   }
   function foldRows(r, k) { // rows r to k - 1, one mark
-    for (let j = r; j < k; j++) { poolRows[j].classList.add("folded"); foldedCells.push(poolRows[j]); }
     const span = r * ROW + "\u2013" + (Math.min(NB, k * ROW) - 1);
-    const mark = el("div", { class: "fold rows", title: UI["folded blocks, unchanged this step"] + ": " + span }, "\u2026 " + span);
-    poolRows[r].before(mark); foldMarks.push(mark);
+    foldRun(poolRows.slice(r, k), "div", "fold rows", UI["folded blocks, unchanged this step"] + ": " + span, "\u2026 " + span);
   }
   // The changed rows, folded, that still span more than the pane: for the step, each row of
   // ROW tiles is one line, and the tiles and their ids shrink (not below 16 px) until the
@@ -694,7 +693,7 @@
     const wide = Math.floor((inner + 3) / ROW - 3); // the squeezed rows' gaps (3 px, 6 px between lines) and padding (6 px): viewer.css
     if (wide < 16) return;
     blocksEl.classList.add("squeezed"); // first: the marks take their squeezed height
-    const marksBefore = foldMarks.length;
+    const marksBefore = foldMarks.length, foldsBefore = foldedCells.length;
     if (rowOf(lo) > 0) foldRows(0, rowOf(lo));
     if (rowOf(hi) + 1 < poolRows.length) foldRows(rowOf(hi) + 1, poolRows.length);
     let lines = 0, marks = 0;
@@ -708,9 +707,7 @@
     if (tile < 16) { // no room even so: the pool stays as it was folded
       blocksEl.classList.remove("squeezed");
       for (const m of foldMarks.splice(marksBefore)) m.remove();
-      for (let r = 0; r < poolRows.length; r++) {
-        if ((r < rowOf(lo) || r > rowOf(hi)) && poolRows[r].classList.contains("folded")) poolRows[r].classList.remove("folded");
-      }
+      for (const r of foldedCells.splice(foldsBefore)) r.classList.remove("folded");
       return;
     }
     poolSqueezed = [st.getPropertyValue("--cols"), st.getPropertyValue("--lines")];
