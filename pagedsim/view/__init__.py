@@ -62,7 +62,9 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  mark before each run: "\u2026N tables", "\u2026N"); a big pool's step
                  folds its rows of tiles between the changed ones (#blocks .row.folded,
                  a .fold mark "\u2026 32\u201363"), and where they still do not fit
-                 lays each row out on one line (#blocks.squeezed)
+                 lays each row out on one line (#blocks.squeezed); a small pool folds
+                 the runs of tiles between (#blocks .block.folded, a .fold mark
+                 "\u2026 48\u201353"), then shrinks its tiles (#blocks.squeezed)
     #version     the vLLM version label
     #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
     #headline    presentation mode's caption (two lines at most; its title the full one)

@@ -623,7 +623,8 @@
     return UI["released by {who}"].replace("{who}", () => who.slice(0, 3).join(", ") + (who.length > 3 ? " +" + (who.length - 3) : ""));
   }
   // The last changed tile and cell, then the first (the highest and lowest block ids; the
-  // tables' last and first changed cells in their order), so both are in view if they fit.
+  // tables' last and first changed cells in their order), so both are in view if they fit;
+  // a small pool folds and shrinks its tiles first where they do not (foldTiles).
   // A big pool scrolls in the next frame, so the layout it needs is the frame's own; when the
   // row of either end is off screen (the row observer knows without a layout), the rows
   // around it are drawn first and the last tile is centred. There, before it scrolls, the
@@ -636,7 +637,7 @@
     const near = { block: "nearest", inline: "nearest" };
     const lo = e.length ? Math.min(...e) : -1, hi = e.length ? Math.max(...e) : -1;
     if (!BIG) {
-      if (e.length) { blockEls[hi].scrollIntoView(near); blockEls[lo].scrollIntoView(near); }
+      if (e.length) { foldTiles(e, lo, hi); blockEls[hi].scrollIntoView(near); blockEls[lo].scrollIntoView(near); }
       if (lit.length) { const [first, last] = litEnds(); last.scrollIntoView(near); first.scrollIntoView(near); }
       return;
     }
@@ -659,10 +660,13 @@
       revealing = requestAnimationFrame(() => { if (e.length) foldPool(e, lo, hi); scroll(near); });
     });
   }
-  function foldPool(e, lo, hi) {
+  function poolSpan(lo, hi) { // the changed tiles' height and the room of what scrolls them (CSS decides which)
     const box = presenting ? wrap : getComputedStyle(poolPane).overflowY === "visible" ? null : poolPane;
-    const room = (box ? box.clientHeight : innerHeight) - 12;
-    const fits = () => blockEls[hi].getBoundingClientRect().bottom - blockEls[lo].getBoundingClientRect().top <= room;
+    return [blockEls[hi].getBoundingClientRect().bottom - blockEls[lo].getBoundingClientRect().top,
+      (box ? box.clientHeight : innerHeight) - 12];
+  }
+  function foldPool(e, lo, hi) {
+    const room = poolSpan(lo, hi)[1], fits = () => poolSpan(lo, hi)[0] <= room;
     if (fits()) return;
     if (poolFolded) { squeezePool(room, lo, hi); return; }
     poolFolded = true;
@@ -675,6 +679,37 @@
       r = k + 1;
     }
     if (!fits()) squeezePool(room, lo, hi);
+  }
+  // A small pool is one row of tiles that wraps. When a step's changed tiles span more than
+  // the pane holds (a release of 71 blocks of 2 tokens), each run of three or more unchanged
+  // tiles between them becomes one mark "\u2026 48\u201353", and where that is not enough the
+  // tiles shrink for the step, down to 28 px (under 40 px their text is left to the hover box).
+  function foldTiles(e, lo, hi) {
+    const room = poolSpan(lo, hi)[1], fits = () => poolSpan(lo, hi)[0] <= room;
+    if (fits()) return;
+    const has = new Uint8Array(NB);
+    for (const b of e) has[b] = 1;
+    for (let b = lo + 1; b < hi;) {
+      let k = b;
+      while (k < hi && !has[k]) k++;
+      if (k - b >= 3) {
+        const span = b + "\u2013" + (k - 1);
+        foldRun(blockEls.slice(b, k), "span", "fold tiles", UI["folded blocks, unchanged this step"] + ": " + span, "\u2026 " + span);
+      }
+      b = k + 1;
+    }
+    if (fits()) return;
+    const st = blocksEl.style;
+    poolSqueezed = ["", ""]; // a small pool has no --cols or --lines to give back
+    blocksEl.classList.add("squeezed");
+    let tile = blockEls[lo].offsetHeight;
+    for (let k = 0; k < 8 && tile > 28; k++) {
+      const [span] = poolSpan(lo, hi);
+      if (span <= room) return;
+      tile = Math.max(28, Math.floor(tile * Math.min(0.94, Math.sqrt(room / span))));
+      st.setProperty("--block", tile + "px"); st.setProperty("--label", Math.max(9, Math.floor(0.26 * tile)) + "px");
+      blocksEl.classList.toggle("tiny", tile < 40);
+    }
   }
   function foldRows(r, k) { // rows r to k - 1, one mark
     const span = r * ROW + "\u2013" + (Math.min(NB, k * ROW) - 1);
@@ -717,7 +752,7 @@
   function unsqueezePool() {
     if (poolSqueezed === null) return;
     const st = blocksEl.style;
-    blocksEl.classList.remove("squeezed");
+    blocksEl.classList.remove("squeezed", "tiny");
     st.setProperty("--cols", poolSqueezed[0]); st.setProperty("--lines", poolSqueezed[1]);
     st.removeProperty("--block"); st.removeProperty("--label");
     poolSqueezed = null;
@@ -1186,14 +1221,19 @@
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
       body.classList.remove("small-tiles");
-      tablesFor = -1; columns(); if (!BIG) foldTables();
+      tablesFor = -1; columns(); if (!BIG) refold();
       return;
     }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
     tablesFor = -1; fitTables(); // first: it may widen the tables' column
     fitTiles();
-    if (!BIG) foldTables();
+    if (!BIG) refold();
     arrowsShown = true; drawArrows(STEPS[cur] || {});
+  }
+  function refold() { // a small page's folds, undone to measure it whole (a resize, a mode)
+    foldTables();
+    const e = (STEPS[cur] || {}).e || [];
+    if (e.length) foldTiles(e, Math.min(...e), Math.max(...e));
   }
   // Presentation mode's tile size, px; a tile under 4.5 units leaves its text to the hover box
   function setFit(px) {
@@ -1324,7 +1364,10 @@
     const i = fromHash(); // read before present() rewrites the hash
     present(/(^#|&)present\b/.test(location.hash)); linked = true; go(i);
   });
-  window.addEventListener("resize", () => { fit(); arrowsShown = true; drawArrows(STEPS[cur]); });
+  window.addEventListener("resize", () => { // fit() undid the folds: a big page folds in reveal's frame
+    fit(); arrowsShown = true; drawArrows(STEPS[cur]);
+    if (BIG && cur >= 0) reveal(STEPS[cur]);
+  });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
 
   // ---- a vLLM KV event stream (D.stream, pagedsim/view/stream.py) ------------------------

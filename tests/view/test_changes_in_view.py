@@ -193,15 +193,55 @@ def test_a_big_pool_folds_and_squeezes_what_lies_between_its_changes(open_page, 
     loaded = open_page(to_html(**page), viewport=(1366, 768), fragment="#step=24" + mode)
     loaded.page.evaluate(FRAME)
     between = [f"\u2026 {64 * k + 32}\u2013{64 * k + 63}" for k in range(11)]
-    assert loaded.page.evaluate(FOLDS) == [
-        [*between, "\u2026 736\u20134095"],
-        11 + 128 - 23,
-        ["\u202611 tables"],
-        True,
-    ]
+    folded = [[*between, "\u2026 736\u20134095"], 11 + 128 - 23, ["\u202611 tables"], True]
+    assert loaded.page.evaluate(FOLDS) == folded
+    loaded.page.set_viewport_size({"width": 1360, "height": 760})  # the folds are measured anew
+    loaded.page.evaluate(FRAME)
+    assert loaded.page.evaluate(FOLDS) == folded
     loaded.page.keyboard.press("ArrowLeft")
     loaded.page.evaluate(FRAME)
     assert loaded.page.evaluate(FOLDS) == [[], 0, [], False]
+    loaded.check_clean()
+
+
+# 200 blocks of 2 tokens: A holds blocks 0 and 151 with B's 150 blocks between them; the
+# fork (step 4) changes the two ends, the free (step 5) 150 tiles in a run.
+APART = ["alloc A 2", "alloc B 300", "append A 2", "fork A D", "free B", "append D 1"]
+TILES = """() => [[...document.querySelectorAll('#blocks .fold')].map((f) => f.textContent),
+    document.querySelectorAll('#blocks .block.folded').length,
+    document.querySelector('#blocks').classList.contains('squeezed'),
+    document.querySelector('#blocks .block').getBoundingClientRect().width]"""
+
+
+@pytest.mark.parametrize("present", MODES)
+def test_a_small_pool_folds_and_shrinks_what_lies_between_its_changes(open_page, present):
+    """A small pool is one row of tiles that wraps, 12 lines of them at 1366x768. Its changed
+    tiles that span more than the pane fold the unchanged run between them to one mark (the
+    fork), and a run of changed tiles taller than the pane shrinks the tiles for that step
+    (the free): every change is in view, and the next step gives the pool back as it was.
+    Presented, the tiles are fitted to the pane and nothing folds."""
+    page = sources.play(run_session(Options(200, 2), APART))
+    assert [s.blocks for s in page["trace_or_snapshots"][4].sequences] == [
+        (0, 151),
+        tuple(range(1, 151)),
+        (0, 151),
+    ]
+    assert walk(open_page, page, present=present) == len(APART)
+    mode = "&present" if present else ""
+    loaded = open_page(to_html(**page), viewport=(1366, 768), fragment="#step=3" + mode)
+    states = []
+    for key in ["ArrowRight", "ArrowRight", "ArrowRight", "ArrowLeft"]:
+        loaded.page.keyboard.press(key)
+        loaded.page.evaluate(FRAME)
+        states.append(loaded.page.evaluate(TILES))
+    whole = states[2][3]  # step 6 changes one tile: the pool as it is
+    if present:
+        assert all(s == [[], 0, False, whole] for s in states), states
+    else:
+        assert states[0] == [["\u2026 1\u2013150"], 150, False, whole]
+        assert states[1][:3] == [[], 0, True] and states[1][3] < whole
+        assert states[2] == [[], 0, False, whole] and whole == 58
+        assert states[3][:3] == [[], 0, True]
     loaded.check_clean()
 
 
