@@ -457,7 +457,8 @@
   // - when the changed cells themselves are more than the pane holds (a long prefill of small
   //   blocks, a fork of a long table), the tables' text is squeezed for the step, down to 0.6
   //   of its size (presentation mode: to 0.6 units, then with the request timeline at half
-  //   its height), with each name on its cells' line.
+  //   its height), with each name on its cells' line, and at the least the cells leave out
+  //   their logical index (the hover box has it).
   // Folded tables and cells stay in the DOM, hidden, so the tables' data-block lists are
   // whole. The next step unfolds and unsqueezes first. A big page folds on the steps it
   // reveals (one step, a link), in the frame after the change, not on a jump.
@@ -473,7 +474,7 @@
     foldedCells = []; foldMarks = [];
     unsqueezePool(); poolFolded = false;
     if (tablesEl.classList.contains("squeezed")) { // the class is the state
-      tablesEl.classList.remove("squeezed"); tablesEl.style.removeProperty("--squeeze");
+      tablesEl.classList.remove("squeezed", "bare"); tablesEl.style.removeProperty("--squeeze");
       body.classList.remove("tl-short");
     }
   }
@@ -500,18 +501,20 @@
     let scale = 1, [span, room] = litSpan();
     if (!span) return;
     tablesEl.classList.add("squeezed");
-    for (let pass = 0; pass < 2 && span; pass++) {
-      if (pass) { // presented: the request timeline under the tables gives up half its height
-        if (!presenting || timeline.hidden) return;
-        body.classList.add("tl-short");
-        [span, room] = litSpan();
-      }
+    const shrink = () => {
       for (let k = 0; k < 6 && span && scale > least; k++) {
         scale = Math.max(least, scale * Math.min(0.92, Math.sqrt(room / span)));
         tablesEl.style.setProperty("--squeeze", scale.toFixed(3));
         [span, room] = litSpan();
       }
+    };
+    shrink();
+    if (span && presenting && !timeline.hidden) { // the request timeline under the tables gives up half its height
+      body.classList.add("tl-short");
+      [span, room] = litSpan();
+      shrink();
     }
+    if (span) tablesEl.classList.add("bare"); // the last resort: cells without their logical index
   }
   function foldTables() {
     if (!state || litFits()) return;
