@@ -689,7 +689,8 @@
   // tiles shrink for the step, down to 28 px (under 40 px their text is left to the hover box).
   function foldTiles(e, lo, hi) {
     const room = poolSpan(lo, hi)[1], fits = () => poolSpan(lo, hi)[0] <= room;
-    if (fits()) return;
+    if (poolFolded || fits()) return; // folded once a step (a mode's reveal follows its refold)
+    poolFolded = true;
     const has = new Uint8Array(NB);
     for (const b of e) has[b] = 1;
     for (let b = lo + 1; b < hi;) {

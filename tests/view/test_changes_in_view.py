@@ -242,6 +242,11 @@ def test_a_small_pool_folds_and_shrinks_what_lies_between_its_changes(open_page,
         assert states[1][:3] == [[], 0, True] and states[1][3] < whole
         assert states[2] == [[], 0, False, whole] and whole == 58
         assert states[3][:3] == [[], 0, True]
+        # the fork again; presented it fits; back in the default mode it folds, once
+        for key, folds in [("ArrowLeft", states[0]), ("p", [[], 0, False]), ("p", states[0])]:
+            loaded.page.keyboard.press(key)
+            loaded.page.evaluate(FRAME)
+            assert loaded.page.evaluate(TILES)[: len(folds)] == folds, key
     loaded.check_clean()
 
 
