@@ -463,6 +463,14 @@
   // whole. The next step unfolds and unsqueezes first. A big page folds on the steps it
   // reveals (one step, a link), in the frame after the change, not on a jump.
   let foldedCells = [], foldMarks = [];
+  function quietRuns(lo, hi, quiet, least, fold) { // each run of `least` or more quiet indexes between lo and hi: fold(j, k), k excluded
+    for (let j = lo + 1; j < hi;) {
+      let k = j;
+      while (k < hi && quiet(k)) k++;
+      if (k - j >= least) fold(j, k);
+      j = k + 1;
+    }
+  }
   function foldRun(run, tag, cls, title, text) { // hidden until the next step; one mark before them
     for (const x of run) { x.classList.add("folded"); foldedCells.push(x); }
     const mark = el(tag, { class: cls, title: title }, text);
@@ -528,16 +536,11 @@
       for (let j = 0; j < n; j++) {
         if (on.has(cells[j])) keep[j] = keep[Math.max(0, j - 1)] = keep[Math.min(n - 1, j + 1)] = 1;
       }
-      for (let j = 0; j < n;) {
-        let k = j;
-        while (k < n && !keep[k]) k++;
-        if (k - j >= 3) {
-          const run = cells.slice(j, k);
-          foldRun(run, "span", "fold", UI["folded blocks, unchanged this step"] + ": " +
-            run.map((c) => c.block).join(", "), "\u2026" + run.length);
-        }
-        j = Math.max(k, j + 1);
-      }
+      quietRuns(-1, n, (j) => !keep[j], 3, (j, k) => {
+        const run = cells.slice(j, k);
+        foldRun(run, "span", "fold", UI["folded blocks, unchanged this step"] + ": " +
+          run.map((c) => c.block).join(", "), "\u2026" + run.length);
+      });
     }
     squeezeTables();
   }
@@ -545,16 +548,12 @@
     for (const box of groupEls) {
       const tables = [...box.children].filter((e) => e.row);
       const first = tables.findIndex((e) => shown.has(e)), last = tables.findLastIndex((e) => shown.has(e));
-      for (let j = first + 1; first >= 0 && j < last;) {
-        let k = j;
-        while (k < last && !shown.has(tables[k])) k++;
-        if (k > j) {
-          const run = tables.slice(j, k);
-          foldRun(run, "div", "fold tables", UI["folded tables, unchanged this step"] + ": " +
-            run.map((t) => t.dataset.seq).join(", "), "\u2026" + run.length + " " + UI.tables);
-        }
-        j = k + 1;
-      }
+      if (first < 0) continue;
+      quietRuns(first, last, (j) => !shown.has(tables[j]), 1, (j, k) => {
+        const run = tables.slice(j, k);
+        foldRun(run, "div", "fold tables", UI["folded tables, unchanged this step"] + ": " +
+          run.map((t) => t.dataset.seq).join(", "), "\u2026" + run.length + " " + UI.tables);
+      });
     }
   }
   // A big page renders only the table rows in sight ("near": content-visibility visible);
@@ -663,24 +662,19 @@
       revealing = requestAnimationFrame(() => { if (e.length) foldPool(e, lo, hi); scroll(near); });
     });
   }
-  function poolSpan(lo, hi) { // the changed tiles' height and the room of what scrolls them (CSS decides which)
+  function poolRoom() { // the height of what scrolls the pool (CSS decides which), less the outlines
     const box = presenting ? wrap : getComputedStyle(poolPane).overflowY === "visible" ? null : poolPane;
-    return [blockEls[hi].getBoundingClientRect().bottom - blockEls[lo].getBoundingClientRect().top,
-      (box ? box.clientHeight : innerHeight) - 12];
+    return (box ? box.clientHeight : innerHeight) - 12;
   }
+  function tileSpan(lo, hi) { return blockEls[hi].getBoundingClientRect().bottom - blockEls[lo].getBoundingClientRect().top; }
   function foldPool(e, lo, hi) {
-    const room = poolSpan(lo, hi)[1], fits = () => poolSpan(lo, hi)[0] <= room;
+    const room = poolRoom(), fits = () => tileSpan(lo, hi) <= room;
     if (fits()) return;
     if (poolFolded) { squeezePool(room, lo, hi); return; }
     poolFolded = true;
     const has = new Uint8Array(poolRows.length);
     for (const b of e) has[rowOf(b)] = 1;
-    for (let r = rowOf(lo) + 1; r < rowOf(hi);) {
-      let k = r;
-      while (k < rowOf(hi) && !has[k]) k++;
-      if (k > r) foldRows(r, k);
-      r = k + 1;
-    }
+    quietRuns(rowOf(lo), rowOf(hi), (r) => !has[r], 1, foldRows);
     if (!fits()) squeezePool(room, lo, hi);
   }
   // A small pool is one row of tiles that wraps. When a step's changed tiles span more than
@@ -688,27 +682,22 @@
   // tiles between them becomes one mark "\u2026 48\u201353", and where that is not enough the
   // tiles shrink for the step, down to 28 px (under 40 px their text is left to the hover box).
   function foldTiles(e, lo, hi) {
-    const room = poolSpan(lo, hi)[1], fits = () => poolSpan(lo, hi)[0] <= room;
-    if (poolFolded || fits()) return; // folded once a step (a mode's reveal follows its refold)
+    const room = poolRoom(), fits = () => tileSpan(lo, hi) <= room;
+    if (poolFolded || fits()) return; // once a step, as a big pool
     poolFolded = true;
     const has = new Uint8Array(NB);
     for (const b of e) has[b] = 1;
-    for (let b = lo + 1; b < hi;) {
-      let k = b;
-      while (k < hi && !has[k]) k++;
-      if (k - b >= 3) {
-        const span = b + "\u2013" + (k - 1);
-        foldRun(blockEls.slice(b, k), "span", "fold tiles", UI["folded blocks, unchanged this step"] + ": " + span, "\u2026 " + span);
-      }
-      b = k + 1;
-    }
+    quietRuns(lo, hi, (b) => !has[b], 3, (b, k) => {
+      const span = b + "\u2013" + (k - 1);
+      foldRun(blockEls.slice(b, k), "span", "fold tiles", UI["folded blocks, unchanged this step"] + ": " + span, "\u2026 " + span);
+    });
     if (fits()) return;
     const st = blocksEl.style;
     poolSqueezed = ["", ""]; // a small pool has no --cols or --lines to give back
     blocksEl.classList.add("squeezed");
     let tile = blockEls[lo].offsetHeight;
     for (let k = 0; k < 8 && tile > 28; k++) {
-      const [span] = poolSpan(lo, hi);
+      const span = tileSpan(lo, hi);
       if (span <= room) return;
       tile = Math.max(28, Math.floor(tile * Math.min(0.94, Math.sqrt(room / span))));
       st.setProperty("--block", tile + "px"); st.setProperty("--label", Math.max(9, Math.floor(0.26 * tile)) + "px");
@@ -1215,29 +1204,25 @@
     fit();
     if (cur >= 0) {
       try { history.replaceState(null, "", "#step=" + cur + (on ? "&present" : "")); } catch (e) { /* sandboxed */ }
-      reveal(STEPS[cur]);
     }
   }
   function fit() {
     const root = document.documentElement.style;
     body.classList.remove("wide-tables");
-    unfold(); // measured whole; folded again for the new size
+    unfold(); // measured whole; folded again for the new size, and the change brought into view
+    tablesFor = -1;
     if (!presenting) {
       for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
       body.classList.remove("small-tiles");
-      tablesFor = -1; columns(); if (!BIG) refold();
-      return;
+      columns();
+    } else {
+      root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
+      fitTables(); // first: it may widen the tables' column
+      fitTiles();
     }
-    root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
-    tablesFor = -1; fitTables(); // first: it may widen the tables' column
-    fitTiles();
-    if (!BIG) refold();
+    if (!BIG) foldTables();
+    if (cur >= 0) reveal(STEPS[cur]); // a big page folds in its frame
     arrowsShown = true; drawArrows(STEPS[cur] || {});
-  }
-  function refold() { // a small page's folds, undone to measure it whole (a resize, a mode)
-    foldTables();
-    const e = (STEPS[cur] || {}).e || [];
-    if (e.length) foldTiles(e, Math.min(...e), Math.max(...e));
   }
   // Presentation mode's tile size, px; a tile under 4.5 units leaves its text to the hover box
   function setFit(px) {
@@ -1368,10 +1353,7 @@
     const i = fromHash(); // read before present() rewrites the hash
     present(/(^#|&)present\b/.test(location.hash)); linked = true; go(i);
   });
-  window.addEventListener("resize", () => { // fit() undid the folds: a big page folds in reveal's frame
-    fit(); arrowsShown = true; drawArrows(STEPS[cur]);
-    if (BIG && cur >= 0) reveal(STEPS[cur]);
-  });
+  window.addEventListener("resize", fit);
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
 
   // ---- a vLLM KV event stream (D.stream, pagedsim/view/stream.py) ------------------------
